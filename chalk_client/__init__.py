@@ -1,0 +1,32 @@
+"""Chalk Queue's client: models, judges and the ``chalk`` command."""
+
+from chalk_client.errors import (
+    ChalkError,
+    InvalidJobError,
+    JudgeError,
+    ResultTimeout,
+    StudentMisbehaviorError,
+)
+from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
+from chalk_client.scoring import Scoring
+from chalk_client.settings import ChalkSettings, Limits
+from chalk_client.submission import Submission
+from chalk_client.transcript import Message, Transcript
+
+__all__ = [
+    "ChalkError",
+    "ChalkSettings",
+    "InvalidJobError",
+    "JobResult",
+    "JobStatus",
+    "JudgeError",
+    "Limits",
+    "Message",
+    "ResultTimeout",
+    "Scoring",
+    "ScoringJob",
+    "Step",
+    "StudentMisbehaviorError",
+    "Submission",
+    "Transcript",
+]

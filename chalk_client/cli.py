@@ -1,0 +1,135 @@
+"""The ``chalk`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TextIO
+
+from chalk_client.errors import ChalkError
+from chalk_client.jobs import ScoringJob
+from chalk_client.progress import ProgressBar, Tally
+from chalk_client.rollouts import BadLine, DefaultJudge, read_rollouts, scored_ids
+from chalk_client.settings import ChalkSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chalk", description="Chalk Queue: score the work of AI agents."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    score = commands.add_parser(
+        "score",
+        help="score a JSONL file of rollouts",
+        description=(
+            "Score every job of ROLLOUTS (one ScoringJob as JSON per line). Without "
+            "CHALK_REDIS_URL the jobs are scored here, concurrently, with no server needed."
+        ),
+    )
+    score.add_argument("rollouts", type=Path, help="JSONL file, one job per line")
+    score.add_argument(
+        "--judge", type=Path, help="JSON judge (or list of steps) for lines that have none"
+    )
+    score.add_argument(
+        "--out",
+        type=Path,
+        help="JSONL results file; ids already scored there are skipped (default: stdout)",
+    )
+    score.add_argument(
+        "--concurrency", type=int, default=None, help="jobs scored at once (default: 32)"
+    )
+    score.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="score the valid lines even if some are invalid (they are reported)",
+    )
+    return parser
+
+
+def _load_jobs(args: argparse.Namespace) -> tuple[list[ScoringJob], list[BadLine]]:
+    default = DefaultJudge.from_file(args.judge) if args.judge else None
+    jobs: list[ScoringJob] = []
+    bad: list[BadLine] = []
+    for item in read_rollouts(args.rollouts, default):
+        (bad if isinstance(item, BadLine) else jobs).append(item)  # type: ignore[arg-type]
+    return jobs, bad
+
+
+def _fresh(jobs: list[ScoringJob], done: set[str], tally: Tally) -> Iterator[ScoringJob]:
+    for job in jobs:
+        if job.id in done:
+            tally.skipped += 1
+        else:
+            yield job
+
+
+async def _score_embedded(
+    jobs: Iterator[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar, concurrency: int | None
+) -> None:
+    # The embedded queue runs the worker's own runner in this process: the one place
+    # the client reaches into chalk_worker, and only when no cluster is configured.
+    from chalk_worker.embedded import score_stream
+
+    async for result in score_stream(jobs, concurrency=concurrency):
+        out.write(result.model_dump_json() + "\n")
+        out.flush()
+        tally.add(result)
+        bar.update()
+
+
+def _score(args: argparse.Namespace) -> int:
+    if not args.rollouts.is_file():
+        print(f"chalk score: no rollouts file at {args.rollouts}", file=sys.stderr)
+        return 2
+    jobs, bad = _load_jobs(args)
+    for line in bad:
+        print(f"{args.rollouts}:{line.number}: invalid job: {line.reason}", file=sys.stderr)
+    if bad and not args.skip_invalid:
+        print(
+            f"chalk score: {len(bad)} invalid line(s); nothing was scored. Fix them, or pass "
+            "--skip-invalid to score the valid lines.",
+            file=sys.stderr,
+        )
+        return 2
+    settings = ChalkSettings()
+    if settings.redis_url:
+        print(
+            "chalk score: CHALK_REDIS_URL is set, but cluster mode is not available in this "
+            "version; unset CHALK_REDIS_URL to score here with the embedded queue.",
+            file=sys.stderr,
+        )
+        return 2
+    done = scored_ids(args.out) if args.out else set()
+    tally = Tally(total=len({job.id for job in jobs} - done))
+    bar = ProgressBar(tally)
+    context = args.out.open("a", encoding="utf-8") if args.out else nullcontext(sys.stdout)
+    with context as out:
+        asyncio.run(_score_embedded(_fresh(jobs, done, tally), out, tally, bar, args.concurrency))
+    bar.close()
+    print(tally.summary(), file=sys.stderr)
+    return 1 if tally.failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``chalk`` command; returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "score":
+            return _score(args)
+    except ChalkError as exc:
+        print(f"chalk {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nchalk: interrupted; re-run with the same --out to resume.", file=sys.stderr)
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

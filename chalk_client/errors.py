@@ -1,0 +1,64 @@
+"""Every error Chalk Queue raises on purpose.
+
+The tree::
+
+    ChalkError
+    ├── InvalidJobError            (also a ValueError)
+    ├── ConfigurationError
+    ├── StudentMisbehaviorError    the student tampered: scores 0, never a crash
+    ├── JudgeError                 the system could not score: the job is `failed`
+    │   ├── UnknownJudgeError
+    │   ├── CommandRefusedError
+    │   └── RubricUnavailableError
+    └── QueueError
+        └── ResultTimeout          (also a TimeoutError)
+
+A judge's verdict is never an exception: zeros and misbehaviour are results
+with status ``succeeded``. A ``JudgeError`` is what turns a job ``failed``.
+"""
+
+from __future__ import annotations
+
+
+class ChalkError(Exception):
+    """Root of every error Chalk Queue raises on purpose."""
+
+
+class InvalidJobError(ChalkError, ValueError):
+    """Raised when a job, judge or rollout line does not describe something scorable."""
+
+
+class ConfigurationError(ChalkError):
+    """Raised when settings or the machine cannot support what was asked for."""
+
+
+class StudentMisbehaviorError(ChalkError):
+    """Raised when the student's work looks like tampering.
+
+    Raise it anywhere while scoring (also in a custom judge): the step scores 0,
+    does not continue, and the message lands in ``metadata["misbehavior"]``.
+    """
+
+
+class JudgeError(ChalkError):
+    """Raised when the system could not score a job; the job ends ``failed``."""
+
+
+class UnknownJudgeError(JudgeError):
+    """Raised when a custom judge or context names nothing registered on the worker."""
+
+
+class CommandRefusedError(JudgeError):
+    """Raised when an executable judge's command is not allowed by the operator's policy."""
+
+
+class RubricUnavailableError(JudgeError):
+    """Raised when a rubric cannot be graded (no LLM evaluator, or no verdict after retries)."""
+
+
+class QueueError(ChalkError):
+    """Raised when the queue or result store cannot do what was asked."""
+
+
+class ResultTimeout(QueueError, TimeoutError):
+    """Raised when a result did not arrive within the time a caller allowed."""

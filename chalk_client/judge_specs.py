@@ -1,0 +1,350 @@
+"""Judges as data: pydantic specs with a ``type`` field, sent to workers as JSON.
+
+A spec says *what* to judge; the worker's evaluators (``chalk_worker.judges``)
+do the judging. ``a & b`` builds an ``all`` judge and ``a | b`` an ``any``
+judge, flattened, with the reference's short-circuit rules.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+    model_serializer,
+)
+from pydantic.functional_validators import BeforeValidator
+
+_FLAG_NAMES: dict[str, re.RegexFlag] = {
+    "ASCII": re.ASCII,
+    "IGNORECASE": re.IGNORECASE,
+    "MULTILINE": re.MULTILINE,
+    "DOTALL": re.DOTALL,
+    "VERBOSE": re.VERBOSE,
+}
+
+
+def _parse_flags(flags: Any) -> int:
+    if isinstance(flags, bool):
+        raise ValueError("regex flags must be an int or a list of names, not a bool")
+    if isinstance(flags, int):
+        return flags
+    if isinstance(flags, str):
+        flags = [part for part in re.split(r"[|,\s]+", flags) if part]
+    if isinstance(flags, list):
+        value = 0
+        for name in flags:
+            key = str(name).upper().removeprefix("RE.")
+            if key not in _FLAG_NAMES:
+                known = ", ".join(sorted(_FLAG_NAMES))
+                raise ValueError(f"unknown regex flag {name!r}; use one of {known}")
+            value |= _FLAG_NAMES[key]
+        return value
+    raise ValueError(f"regex flags must be an int or a list of names, got {flags!r}")
+
+
+def _to_pattern(value: Any) -> re.Pattern[str]:
+    if isinstance(value, re.Pattern):
+        if not isinstance(value.pattern, str):
+            raise ValueError("regex patterns must be str patterns, not bytes")
+        return value
+    try:
+        if isinstance(value, str):
+            return re.compile(value)
+        if isinstance(value, dict) and isinstance(value.get("pattern"), str):
+            return re.compile(value["pattern"], _parse_flags(value.get("flags", 0)))
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
+    raise ValueError(
+        f'a regex pattern is a string, a compiled str pattern or {{"pattern", "flags"}}; '
+        f"got {value!r:.80}"
+    )
+
+
+def _dump_pattern(pattern: re.Pattern[str]) -> str | dict[str, Any]:
+    flags = pattern.flags & ~re.UNICODE
+    if not flags:
+        return pattern.pattern
+    names = [name for name, bit in _FLAG_NAMES.items() if flags & bit]
+    if sum(_FLAG_NAMES[name] for name in names) == flags:
+        return {"pattern": pattern.pattern, "flags": names}
+    return {"pattern": pattern.pattern, "flags": flags}
+
+
+RegexPattern = Annotated[
+    re.Pattern[str],
+    BeforeValidator(_to_pattern),
+    PlainSerializer(_dump_pattern),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {
+                    "type": "object",
+                    "properties": {"pattern": {"type": "string"}, "flags": {}},
+                    "required": ["pattern"],
+                },
+            ]
+        }
+    ),
+]
+"""A compiled ``str`` pattern; JSON is the pattern string, or ``{"pattern", "flags"}``."""
+
+
+class _Typed(BaseModel):
+    """A model chosen by its ``type`` field, which is always written out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _keep_type(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            return {"type": getattr(self, "type"), **data}  # noqa: B009
+        return data
+
+
+class _JudgeBase(_Typed):
+    """What every judge spec shares: combination with ``&`` and ``|``."""
+
+    def __and__(self, other: JudgeSpec) -> AllJudge:
+        return AllJudge(judges=[*_parts(self, AllJudge), *_parts(other, AllJudge)])
+
+    def __or__(self, other: JudgeSpec) -> AnyJudge:
+        return AnyJudge(judges=[*_parts(self, AnyJudge), *_parts(other, AnyJudge)])
+
+
+def _parts(judge: Any, kind: type[AllJudge] | type[AnyJudge]) -> list[Any]:
+    if not isinstance(judge, _JudgeBase):
+        raise TypeError(f"can only combine judges, got {type(judge).__name__}")
+    return list(judge.judges) if isinstance(judge, kind) else [judge]
+
+
+class ExecutableJudge(_JudgeBase):
+    """Runs a command, usually a scoring script, and reads the score it writes.
+
+    The last argument is the *name* of the output file: the worker makes a fresh
+    temporary folder, passes the script the full path there, and removes the
+    folder afterwards. The script writes ``{"score": float, "metadata": {...}}``
+    and exits 0; anything else scores 0 and stops the task. In the command,
+    ``{python}`` is the worker's interpreter, ``{submission}`` the first saved
+    submission file and ``{submission_dir}`` the folder of saved copies.
+    """
+
+    type: Literal["executable"] = "executable"
+    command: list[str]
+    """Program and arguments; the last one is the output file's name."""
+    continue_threshold: float = -1.0
+    """The task continues when the score is at least this."""
+    cwd: str | None = None
+    """Working directory of the script (placeholders allowed); default: a fresh folder."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Wall-clock limit; ``None`` takes the worker's default (10 minutes)."""
+
+    def __init__(self, command: list[str] | str | None = None, /, **data: Any) -> None:
+        if command is not None:
+            data["command"] = command
+        super().__init__(**data)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, command: Any) -> Any:
+        if isinstance(command, str):
+            return shlex.split(command)
+        if isinstance(command, (list, tuple)):
+            return [str(part) if hasattr(part, "__fspath__") else part for part in command]
+        return command
+
+    @field_validator("command")
+    @classmethod
+    def _shape(cls, command: list[str]) -> list[str]:
+        if len(command) < 2:
+            raise ValueError(
+                "an executable judge's command needs the program and, as its last argument, "
+                f"the name of the output file the script writes; got {command!r}"
+            )
+        name = PurePosixPath(command[-1]).name
+        if name in ("", ".", ".."):
+            raise ValueError(f"the last argument must name the output file, got {command[-1]!r}")
+        return command
+
+
+class RegexJudge(_JudgeBase):
+    """Passes when every pattern ``re.search``-es the student's assistant text."""
+
+    type: Literal["regex"] = "regex"
+    patterns: list[RegexPattern]
+    """Strings or compiled patterns; flags survive JSON."""
+
+    def __init__(self, patterns: list[Any] | None = None, /, **data: Any) -> None:
+        if patterns is not None:
+            data["patterns"] = patterns
+        super().__init__(**data)
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _one_is_a_list(cls, patterns: Any) -> Any:
+        if isinstance(patterns, (str, re.Pattern)):
+            return [patterns]
+        return patterns
+
+
+class AlwaysPassJudge(_JudgeBase):
+    """Scores 1 and continues: for set-up steps and placeholders."""
+
+    type: Literal["always_pass"] = "always_pass"
+
+
+class CustomJudge(_JudgeBase):
+    """A judge registered by name on the workers (see ``register_judge``)."""
+
+    type: Literal["custom"] = "custom"
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the registered judge's constructor (JSON values)."""
+
+    def __init__(
+        self, name: str | None = None, params: dict[str, Any] | None = None, /, **data: Any
+    ) -> None:
+        if name is not None:
+            data["name"] = name
+        if params is not None:
+            data["params"] = params
+        super().__init__(**data)
+
+
+class Criterion(BaseModel):
+    """One rubric line: a yes/no question and the weight it adds when met."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    criterion: str = Field(min_length=1)
+    weight: float = 1.0
+
+
+class _ContextBase(_Typed):
+    """What every rubric context spec shares."""
+
+
+class FileContext(_ContextBase):
+    """Shows the LLM the content of saved submission files.
+
+    Paths are relative to the submission (``{submission}`` and
+    ``{submission_dir}`` work too). Long files are cut with a visible marker.
+    """
+
+    type: Literal["file"] = "file"
+    paths: list[str]
+
+    def __init__(self, paths: list[str] | str | None = None, /, **data: Any) -> None:
+        if paths is not None:
+            data["paths"] = [paths] if isinstance(paths, str) else [str(p) for p in paths]
+        super().__init__(**data)
+
+
+class TranscriptContext(_ContextBase):
+    """Shows the LLM the conversation, rendered readably."""
+
+    type: Literal["transcript"] = "transcript"
+
+
+class FinalMessageContext(_ContextBase):
+    """Shows the LLM only the student's last assistant message."""
+
+    type: Literal["final_message"] = "final_message"
+
+
+class TextContext(_ContextBase):
+    """Shows the LLM a fixed text (a reference answer, the task statement)."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+    def __init__(self, text: str | None = None, /, **data: Any) -> None:
+        if text is not None:
+            data["text"] = text
+        super().__init__(**data)
+
+
+class CustomContext(_ContextBase):
+    """A context provider registered by name on the workers (see ``register_context``)."""
+
+    type: Literal["custom"] = "custom"
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(
+        self, name: str | None = None, params: dict[str, Any] | None = None, /, **data: Any
+    ) -> None:
+        if name is not None:
+            data["name"] = name
+        if params is not None:
+            data["params"] = params
+        super().__init__(**data)
+
+
+ContextSpec = Annotated[
+    FileContext | TranscriptContext | FinalMessageContext | TextContext | CustomContext,
+    Field(discriminator="type"),
+]
+"""One context provider of a rubric, chosen by its ``type``."""
+
+
+class RubricJudge(_JudgeBase):
+    """Asks an LLM, one call per criterion, whether the work meets it.
+
+    The score is the sum of the weights of the criteria met; each verdict's
+    reason goes into the metadata. The contexts' outputs, joined with blank
+    lines, are what the LLM sees (the transcript when no context is given).
+    """
+
+    type: Literal["rubric"] = "rubric"
+    rubric: list[Criterion] = Field(min_length=1)
+    context: list[ContextSpec] = Field(default_factory=list)
+    model: str | None = None
+    """The model to ask; ``None`` takes ``CHALK_RUBRIC_MODEL``."""
+
+
+class AllJudge(_JudgeBase):
+    """``a & b``: runs judges in order, stops at the first that fails, returns that one's verdict.
+
+    If all pass, the last verdict is returned.
+    """
+
+    type: Literal["all"] = "all"
+    judges: list[JudgeSpec] = Field(min_length=1)
+
+
+class AnyJudge(_JudgeBase):
+    """``a | b``: runs judges in order, stops at the first that passes, returns that one's verdict.
+
+    If all fail, the last verdict is returned.
+    """
+
+    type: Literal["any"] = "any"
+    judges: list[JudgeSpec] = Field(min_length=1)
+
+
+JudgeSpec = Annotated[
+    ExecutableJudge
+    | RubricJudge
+    | RegexJudge
+    | AlwaysPassJudge
+    | CustomJudge
+    | AllJudge
+    | AnyJudge,
+    Field(discriminator="type"),
+]
+"""Any judge spec, chosen by its ``type`` field."""
+
+AllJudge.model_rebuild()
+AnyJudge.model_rebuild()

@@ -1,0 +1,124 @@
+"""One settings object, read from ``CHALK_*`` variables; explicit arguments win.
+
+Limits have a default and an operator maximum: a job may ask for other limits
+(``ScoringJob.limits``) but never more than the maximum.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Limits(BaseModel):
+    """A job's requested limits; a field left ``None`` takes the worker's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wall_s: float | None = Field(default=None, gt=0)
+    """Wall-clock seconds per executable judge."""
+    memory_mb: int | None = Field(default=None, gt=0)
+    """Memory of a judge's whole process tree."""
+    processes: int | None = Field(default=None, gt=0)
+    """Processes a judge may have at once."""
+    file_size_mb: int | None = Field(default=None, gt=0)
+    """Largest file a judge may write."""
+    unpack_bytes: int | None = Field(default=None, gt=0)
+    """Decompressed bytes of the submission archive, headers included."""
+    unpack_entries: int | None = Field(default=None, gt=0)
+    """Files and folders in the submission."""
+    unpack_depth: int | None = Field(default=None, gt=0)
+    """Folder nesting of the submission."""
+
+
+@dataclass(frozen=True)
+class ResolvedLimits:
+    """The limits in force for one job: defaults, the job's wishes, capped by the maxima."""
+
+    wall_s: float
+    memory_mb: int
+    processes: int
+    file_size_mb: int
+    unpack_bytes: int
+    unpack_entries: int
+    unpack_depth: int
+    output_bytes: int
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+    return value
+
+
+class ChalkSettings(BaseSettings):
+    """Worker and client settings, from ``CHALK_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="CHALK_", extra="ignore")
+
+    redis_url: str | None = None
+    """The cluster's Redis; unset means the embedded, in-process queue."""
+    broker_url: str | None = None
+    """Optional separate Celery broker (e.g. ``amqp://``); results stay in Redis."""
+    rubric_model: str = "gpt-4o-mini"
+    """The model a rubric judge asks when the judge names none."""
+    task_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Extra modules to import for custom judges (comma-separated), besides ``tasks.*``."""
+    allowed_commands: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Command prefixes executable judges may run (comma-separated or a JSON list).
+
+    Empty: any command runs (sandboxed). A prefix is compared on the command as
+    written, before placeholders are filled, e.g. ``{python} -m tasks.``.
+    """
+    work_dir: str | None = None
+    """Where job folders are made; default: the system's temporary folder."""
+    embedded_concurrency: int = Field(default=0, ge=0)
+    """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
+
+    wall_s: float = 600.0
+    max_wall_s: float = 6 * 3600.0
+    memory_mb: int = 2048
+    max_memory_mb: int = 16384
+    processes: int = 256
+    max_processes: int = 4096
+    file_size_mb: int = 256
+    max_file_size_mb: int = 4096
+    unpack_bytes: int = 256 * MiB
+    max_unpack_bytes: int = 4096 * MiB
+    unpack_entries: int = 10_000
+    max_unpack_entries: int = 1_000_000
+    unpack_depth: int = 32
+    max_unpack_depth: int = 256
+    output_bytes: int = 64 * 1024
+    """Captured stdout and stderr kept per stream in a verdict's metadata."""
+
+    _split = field_validator("task_modules", "allowed_commands", mode="before")(_split_list)
+
+    def resolve(self, requested: Limits | None = None) -> ResolvedLimits:
+        """The limits for a job asking for ``requested``, capped by the operator's maxima."""
+        asked = requested or Limits()
+
+        def pick(name: str) -> Any:
+            wish = getattr(asked, name)
+            value = getattr(self, name) if wish is None else wish
+            return min(value, getattr(self, f"max_{name}"))
+
+        return ResolvedLimits(
+            wall_s=pick("wall_s"),
+            memory_mb=pick("memory_mb"),
+            processes=pick("processes"),
+            file_size_mb=pick("file_size_mb"),
+            unpack_bytes=pick("unpack_bytes"),
+            unpack_entries=pick("unpack_entries"),
+            unpack_depth=pick("unpack_depth"),
+            output_bytes=self.output_bytes,
+        )

@@ -1,0 +1,174 @@
+"""The transcript of one agent run: its messages and its raw events.
+
+Messages accept the shapes agents actually produce: plain string content, lists
+of content blocks (Anthropic style: text, reasoning/thinking, image, tool_use,
+tool_result), OpenAI-style ``tool_calls`` and ``role="tool"`` results. Fields
+this module does not know are kept as they came, so a transcript round-trips
+through JSON unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    field_validator,
+    model_serializer,
+)
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    @model_serializer(mode="wrap")
+    def _keep_type(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            return {"type": getattr(self, "type"), **data}  # noqa: B009
+        return data
+
+
+class TextBlock(_Block):
+    """Visible text the speaker wrote."""
+
+    type: Literal["text"] = "text"
+    text: str = ""
+
+
+class ReasoningBlock(_Block):
+    """Private reasoning (``reasoning`` or Anthropic's ``thinking``); never graded as an answer."""
+
+    type: Literal["reasoning", "thinking"] = "reasoning"
+    text: str | None = None
+    thinking: str | None = None
+
+
+class ImageBlock(_Block):
+    """An image; its payload fields are kept as given."""
+
+    type: Literal["image"] = "image"
+
+
+class ToolUseBlock(_Block):
+    """A tool call written as a content block."""
+
+    type: Literal["tool_use"] = "tool_use"
+    name: str = ""
+    input: Any = None
+    id: str | None = None
+
+
+class ToolResultBlock(_Block):
+    """What a tool returned, as a content block."""
+
+    type: Literal["tool_result"] = "tool_result"
+    content: Any = None
+    tool_use_id: str | None = None
+
+
+class OtherBlock(_Block):
+    """A block of a type this version does not know; kept, never graded as text."""
+
+    type: str
+
+
+_KNOWN_BLOCKS = {"text", "reasoning", "thinking", "image", "tool_use", "tool_result"}
+
+
+def _block_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if kind in ("reasoning", "thinking"):
+        return "reasoning"
+    return kind if kind in _KNOWN_BLOCKS else "other"
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ReasoningBlock, Tag("reasoning")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(_block_tag),
+]
+"""One block of multipart message content, chosen by its ``type``."""
+
+
+class FunctionCall(BaseModel):
+    """The function part of an OpenAI tool call; ``arguments`` is the raw JSON string."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(BaseModel):
+    """An OpenAI-style tool call carried by an assistant message."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One message of the conversation.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool`` (other roles are
+    kept as given). ``content`` is a string, a list of blocks, or ``None`` for an
+    assistant turn that only calls tools.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[ContentBlock] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def text_parts(self) -> list[str]:
+        """The visible text of this message: string content, or each text block's text."""
+        if self.content is None:
+            return []
+        if isinstance(self.content, str):
+            return [self.content]
+        return [block.text for block in self.content if isinstance(block, TextBlock)]
+
+
+class Transcript(BaseModel):
+    """Everything an agent run produced: its messages and its raw event log.
+
+    Events are plain dicts, each with a string ``"type"``.
+    """
+
+    messages: list[Message] = Field(default_factory=list)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("events")
+    @classmethod
+    def _events_have_a_type(cls, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, event in enumerate(events):
+            if not isinstance(event.get("type"), str):
+                raise ValueError(f'event {index} needs a string "type" field, got {event!r:.80}')
+        return events
+
+    def assistant_text(self) -> str:
+        """Every piece of assistant text, in order, joined with blank lines.
+
+        System, user and tool messages, tool results, reasoning, tool-call
+        arguments and non-text blocks are left out: this is what the student said.
+        """
+        parts: list[str] = []
+        for message in self.messages:
+            if message.role == "assistant":
+                parts.extend(message.text_parts())
+        return "\n\n".join(parts)

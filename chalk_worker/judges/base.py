@@ -1,0 +1,48 @@
+"""The evaluator registry: one async evaluator per judge ``type``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chalk_client.judge_specs import JudgeSpec
+from chalk_client.scoring import Scoring
+from chalk_client.settings import ChalkSettings, ResolvedLimits
+from chalk_client.transcript import Transcript
+
+
+@dataclass(frozen=True)
+class JudgeContext:
+    """What an evaluator may use to judge one step."""
+
+    transcript: Transcript
+    saved_submissions: tuple[Path, ...]
+    """The step's saved submission copies, in order (some may not exist)."""
+    submission_dir: Path
+    """The folder holding the unpacked submission."""
+    job_dir: Path
+    """The job's private folder; evaluators make their temporary folders inside it."""
+    limits: ResolvedLimits
+    settings: ChalkSettings
+
+
+Evaluator = Callable[[Any, JudgeContext], Awaitable[Scoring]]
+_E = TypeVar("_E", bound=Evaluator)
+_evaluators: dict[str, Evaluator] = {}
+
+
+def evaluator(kind: str) -> Callable[[_E], _E]:
+    """Register the evaluator of judges whose ``type`` is ``kind``."""
+
+    def register(function: _E) -> _E:
+        _evaluators[kind] = function
+        return function
+
+    return register
+
+
+async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
+    """Judge one step with the evaluator registered for the judge's type."""
+    return await _evaluators[judge.type](judge, context)

@@ -1,0 +1,165 @@
+"""``ExecutableJudge``: run a scoring script in the sandbox and read the score it writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from chalk_client.judge_specs import ExecutableJudge
+from chalk_client.scoring import Scoring
+from chalk_worker.judges.base import JudgeContext, evaluator
+from chalk_worker.sandbox.policy import check_command
+from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome, run_sandboxed
+
+MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
+"""A score file larger than this is not read (scores are small JSON objects)."""
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def subprocess_slots() -> int:
+    """How many subprocess judges one worker process runs at once: one per core."""
+    return os.cpu_count() or 1
+
+
+def _executor() -> ThreadPoolExecutor:
+    # One pool per process, made after any fork (a pool's threads do not survive fork).
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        pool = ThreadPoolExecutor(subprocess_slots(), thread_name_prefix="chalk-sandbox")
+        _pool = (os.getpid(), pool)
+    return _pool[1]
+
+
+def _tasks_root() -> str | None:
+    try:
+        import tasks
+    except ImportError:
+        return None
+    return str(Path(next(iter(tasks.__path__))).parent)
+
+
+def _script_env(home: Path) -> dict[str, str]:
+    """A clean environment: nothing of the worker's secrets, just what a script needs."""
+    python_path = [p for p in (_tasks_root(), os.environ.get("PYTHONPATH")) if p]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
+    return env
+
+
+def _fill(word: str, context: JudgeContext) -> str:
+    if "{submission}" in word:
+        first = str(context.saved_submissions[0]) if context.saved_submissions else ""
+        word = word.replace("{submission}", first)
+    return word.replace("{submission_dir}", str(context.submission_dir)).replace(
+        "{python}", sys.executable
+    )
+
+
+def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The script's JSON object, or ``None`` and why not. Never follows links or FIFOs."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, f"the script did not write its output file {path.name}"
+    except OSError as exc:
+        return None, f"the output file {path.name} could not be opened: {exc.strerror}"
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"the output file {path.name} is not a regular file"
+        if info.st_size > MAX_OUTPUT_FILE_BYTES:
+            return None, f"the output file is {info.st_size} bytes, over {MAX_OUTPUT_FILE_BYTES}"
+        raw = handle.read(MAX_OUTPUT_FILE_BYTES + 1)
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"the output file is not valid JSON: {exc}"
+    if not isinstance(data, dict) or "score" not in data or "metadata" not in data:
+        return None, 'the output file must hold a JSON object with both "score" and "metadata"'
+    return data, ""
+
+
+def _verdict(outcome: ProcessOutcome, output: Path, judge: ExecutableJudge) -> Scoring:
+    captured = {"stdout": outcome.stdout, "stderr": outcome.stderr}
+    if outcome.start_error is not None:
+        return Scoring.fail("error", outcome.start_error, **captured)
+    if outcome.timed_out:
+        return Scoring.fail(
+            "error", f"the script timed out after {outcome.duration_s:.1f} s", **captured
+        )
+    if outcome.returncode != 0:
+        code = outcome.returncode or 0
+        why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return Scoring.fail("error", f"the script {why}", **captured)
+    data, problem = _read_score_file(output)
+    if data is None:
+        return Scoring.fail("error", problem, **captured)
+    score, metadata = data["score"], data["metadata"]
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return Scoring.fail(
+            "error", f'"score" must be a finite number, got {score!r:.80}', **captured
+        )
+    if not isinstance(metadata, dict):
+        return Scoring.fail(
+            "error", f'"metadata" must be an object, got {metadata!r:.80}', **captured
+        )
+    return Scoring(
+        score=float(score),
+        metadata={**metadata, **captured},
+        continue_task=score >= judge.continue_threshold,
+    )
+
+
+@evaluator("executable")
+async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
+    """Run the scoring script sandboxed; its output file decides the verdict."""
+    check_command(judge.command, context.settings.allowed_commands)
+    uses_submission = any("{submission}" in word for word in judge.command)
+    if uses_submission and not context.saved_submissions:
+        return Scoring.fail(
+            "error", "the command uses {submission} but the step has no submission file"
+        )
+    scratch = Path(tempfile.mkdtemp(prefix="judge-", dir=context.job_dir))
+    try:
+        output_dir = scratch / "output"
+        home = scratch / "home"
+        output_dir.mkdir()
+        home.mkdir()
+        output = output_dir / PurePosixPath(judge.command[-1]).name
+        argv = [_fill(word, context) for word in judge.command[:-1]] + [str(output)]
+        cwd = Path(_fill(judge.cwd, context)) if judge.cwd else home
+        if not cwd.is_dir():
+            return Scoring.fail("error", f"the working directory {cwd} does not exist")
+        wall_s = min(judge.timeout_s or context.limits.wall_s, context.settings.max_wall_s)
+        limits = ProcessLimits(
+            wall_s=wall_s,
+            file_size_bytes=context.limits.file_size_mb * 1024 * 1024,
+            output_bytes=context.limits.output_bytes,
+        )
+        loop = asyncio.get_running_loop()
+        outcome = await loop.run_in_executor(
+            _executor(),
+            lambda: run_sandboxed(argv, cwd=cwd, env=_script_env(home), limits=limits),
+        )
+        return _verdict(outcome, output, judge)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,170 @@
+"""The job runner: collect the submission, score the steps, clean up.
+
+``score_job`` is exactly what a worker does with a job, callable in-process.
+A verdict (a zero and misbehaviour included) is ``succeeded``; ``failed``
+means the system could not score, and ``error`` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chalk_client.errors import JudgeError, StudentMisbehaviorError
+from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
+from chalk_client.scoring import Scoring
+from chalk_client.settings import ChalkSettings, ResolvedLimits
+from chalk_worker.judges import JudgeContext, evaluate
+from chalk_worker.sandbox.collect import unpack_submission
+from chalk_worker.tasks_loader import load_task_modules
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+def worker_name() -> str:
+    """This process's name in results: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _saved_submissions(
+    step: Step, job: ScoringJob, submission_dir: Path, files: list[Path]
+) -> tuple[Path, ...]:
+    paths = step.submission_paths or job.submission_paths
+    if paths:
+        return tuple(submission_dir / path for path in paths)
+    return tuple(files)
+
+
+def _collect(job: ScoringJob, job_dir: Path, limits: ResolvedLimits) -> tuple[Path, list[Path]]:
+    submission_dir = job_dir / "submission"
+    submission_dir.mkdir()
+    if job.submission is None:
+        return submission_dir, []
+    files = unpack_submission(
+        job.submission.archive_bytes(),
+        submission_dir,
+        max_bytes=limits.unpack_bytes,
+        max_entries=limits.unpack_entries,
+        max_depth=limits.unpack_depth,
+    )
+    return submission_dir, files
+
+
+async def _score_steps(
+    job: ScoringJob, job_dir: Path, limits: ResolvedLimits, settings: ChalkSettings
+) -> tuple[list[Scoring], dict[str, float]]:
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        submission_dir, files = await asyncio.to_thread(_collect, job, job_dir, limits)
+    except StudentMisbehaviorError as exc:
+        timings["collect"] = time.perf_counter() - started
+        return [Scoring.fail("misbehavior", str(exc))], timings
+    timings["collect"] = time.perf_counter() - started
+    started = time.perf_counter()
+    steps: list[Scoring] = []
+    for step in job.scored_steps():
+        context = JudgeContext(
+            transcript=job.transcript,
+            saved_submissions=_saved_submissions(step, job, submission_dir, files),
+            submission_dir=submission_dir,
+            job_dir=job_dir,
+            limits=limits,
+            settings=settings,
+        )
+        try:
+            scoring = await evaluate(step.judge, context)
+        except StudentMisbehaviorError as exc:
+            scoring = Scoring.fail("misbehavior", str(exc))
+        steps.append(scoring)
+        if not scoring.continue_task:
+            break
+    timings["judge"] = time.perf_counter() - started
+    return steps, timings
+
+
+async def score_job_async(
+    job: ScoringJob,
+    *,
+    settings: ChalkSettings | None = None,
+    attempts: int = 1,
+    worker: str | None = None,
+) -> JobResult:
+    """Score one job in this process's event loop; see ``score_job``."""
+    settings = settings or ChalkSettings()
+    job = job.with_id()
+    assert job.id is not None
+    started = time.perf_counter()
+    load_task_modules(settings)
+    steps: list[Scoring] = []
+    timings: dict[str, float] = {}
+    status, error = JobStatus.SUCCEEDED, None
+    job_dir = Path(tempfile.mkdtemp(prefix="chalk-job-", dir=settings.work_dir))
+    try:
+        limits = settings.resolve(job.limits)
+        steps, timings = await _score_steps(job, job_dir, limits, settings)
+    except JudgeError as exc:
+        status, error = JobStatus.FAILED, str(exc)
+    except Exception as exc:
+        log.error("job %s could not be scored:\n%s", job.id, traceback.format_exc())
+        status, error = (
+            JobStatus.FAILED,
+            f"internal error while scoring: {type(exc).__name__}: {exc}",
+        )
+    finally:
+        await asyncio.to_thread(shutil.rmtree, job_dir, True)
+    timings["total"] = time.perf_counter() - started
+    return JobResult(
+        job_id=job.id,
+        status=status,
+        scoring=steps[-1] if steps and status is JobStatus.SUCCEEDED else None,
+        steps=steps,
+        error=error,
+        attempts=attempts,
+        timings={name: round(seconds, 6) for name, seconds in timings.items()},
+        worker=worker or worker_name(),
+        metadata=job.metadata,
+    )
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    # Called from inside a running loop (a notebook, an async app): use a thread of our own.
+    box: list[_T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(asyncio.run(coroutine))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="chalk-score-job")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return box[0]
+
+
+def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobResult:
+    """Score ``job`` in this process, by the very code path a worker runs.
+
+    Never raises for a job's content: misbehaviour and zeros are ``succeeded``
+    results, system problems are ``failed`` results with ``error`` set.
+    """
+    return _run(score_job_async(job, settings=settings))

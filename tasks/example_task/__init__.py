@@ -1,0 +1,9 @@
+"""The example task: the agent must report Python version 3.12.11.
+
+``scoring_script`` is its executable judge; ``judges`` registers a custom judge,
+``final_message_contains``, to show how task packages add their own.
+"""
+
+from tasks.example_task import judges
+
+__all__ = ["judges"]

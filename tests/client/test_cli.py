@@ -1,0 +1,127 @@
+"""``chalk score`` on the embedded queue, driven as a user would from a shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from chalk_client import JobResult, JobStatus, ScoringJob
+from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "tasks" / "example_task"
+
+
+def chalk(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHALK_")}
+    return subprocess.run(
+        [sys.executable, "-m", "chalk_client.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        **kwargs,
+    )
+
+
+def read_results(path: Path) -> dict[str, JobResult]:
+    results = [JobResult.model_validate_json(line) for line in path.read_text().splitlines()]
+    return {result.job_id: result for result in results}
+
+
+def write_jobs(path: Path, jobs: list[ScoringJob | dict]) -> Path:
+    lines = [j.model_dump_json() if isinstance(j, ScoringJob) else json.dumps(j) for j in jobs]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_scores_the_example_rollouts(tmp_path):
+    out = tmp_path / "results.jsonl"
+    run = chalk(
+        "score",
+        str(EXAMPLE / "rollouts.jsonl"),
+        "--judge",
+        str(EXAMPLE / "judge.json"),
+        "--out",
+        str(out),
+    )
+    assert run.returncode == 0, run.stderr
+    results = read_results(out)
+    assert {job_id: r.score for job_id, r in results.items()} == {
+        "rollout-001": 1.0,
+        "rollout-002": 0.0,
+        "rollout-003": 0.0,  # never wrote answer.txt: the script crashes, the step scores 0
+        "rollout-004": 1.0,
+    }
+    assert all(r.status is JobStatus.SUCCEEDED for r in results.values())
+    assert len(results["rollout-004"].steps) == 2
+    assert results["rollout-001"].metadata["policy"] == "baseline"
+    assert "Scored 4 jobs: 4 succeeded, 0 failed." in run.stderr
+    assert "Mean score: 0.5000" in run.stderr
+
+
+def test_rerun_skips_scored_ids_and_retries_failures(tmp_path):
+    rollouts = write_jobs(
+        tmp_path / "r.jsonl",
+        [
+            ScoringJob(id="ok", judge=AlwaysPassJudge()),
+            ScoringJob(id="broken", judge=CustomJudge("not_registered_anywhere")),
+            {
+                "transcript": {"messages": [{"role": "assistant", "content": "hi"}]},
+                "judge": {"type": "regex", "patterns": ["hi"]},
+            },
+        ],
+    )
+    out = tmp_path / "out.jsonl"
+    first = chalk("score", str(rollouts), "--out", str(out))
+    assert first.returncode == 1  # one job failed
+    assert "failed broken" in first.stderr and "not_registered_anywhere" in first.stderr
+    assert len(out.read_text().splitlines()) == 3
+    with out.open("a") as handle:
+        handle.write('{"job_id": "torn li')  # an interrupted run leaves half a line
+    second = chalk("score", str(rollouts), "--out", str(out))
+    assert "Skipped 2 jobs already scored" in second.stderr
+    assert "Scored 1 jobs" in second.stderr  # only the failed one again
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and len({JobResult.model_validate_json(x).job_id for x in lines}) == 3
+
+
+def test_lines_without_judge_take_the_judge_file(tmp_path):
+    rollouts = write_jobs(
+        tmp_path / "r.jsonl",
+        [{"id": "a", "transcript": {"messages": [{"role": "assistant", "content": "42"}]}}],
+    )
+    judge = tmp_path / "judge.json"
+    judge.write_text(RegexJudge([r"\b42\b"]).model_dump_json())
+    run = chalk("score", str(rollouts), "--judge", str(judge))
+    assert run.returncode == 0, run.stderr
+    (result,) = [JobResult.model_validate_json(line) for line in run.stdout.splitlines()]
+    assert result.job_id == "a" and result.score == 1.0
+
+
+def test_invalid_lines_are_reported_and_nothing_is_scored(tmp_path):
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text(
+        ScoringJob(id="good", judge=AlwaysPassJudge()).model_dump_json()
+        + "\n{not json\n"
+        + json.dumps({"id": "nojudge"})
+        + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    run = chalk("score", str(rollouts), "--out", str(out))
+    assert run.returncode == 2
+    assert f"{rollouts}:2: invalid job" in run.stderr and f"{rollouts}:3: invalid job" in run.stderr
+    assert not out.exists() or out.read_text() == ""
+    run = chalk("score", str(rollouts), "--out", str(out), "--skip-invalid")
+    assert run.returncode == 0 and list(read_results(out)) == ["good"]
+
+
+def test_missing_files_are_clear_errors(tmp_path):
+    run = chalk("score", str(tmp_path / "absent.jsonl"))
+    assert run.returncode == 2 and "no rollouts file" in run.stderr
+    rollouts = write_jobs(tmp_path / "r.jsonl", [{"id": "a"}])
+    run = chalk("score", str(rollouts), "--judge", str(tmp_path / "absent.json"))
+    assert run.returncode == 2 and "could not read the judge file" in run.stderr

@@ -1,0 +1,221 @@
+"""The models: what users build, send and read back, and how it survives JSON."""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+
+import pytest
+from pydantic import ValidationError
+
+import chalk_client
+from chalk_client import (
+    JobResult,
+    JobStatus,
+    Message,
+    Scoring,
+    ScoringJob,
+    Step,
+    Submission,
+    Transcript,
+)
+from chalk_client.judges import (
+    AllJudge,
+    AlwaysPassJudge,
+    AnyJudge,
+    CustomJudge,
+    ExecutableJudge,
+    FileContext,
+    RegexJudge,
+    RubricJudge,
+    TranscriptContext,
+)
+
+
+def roundtrip(model):
+    return type(model).model_validate_json(model.model_dump_json())
+
+
+def test_public_init_is_sorted():
+    import chalk_worker
+    from chalk_client import judges
+
+    for module in (chalk_client, judges, chalk_worker):
+        assert module.__all__ == sorted(module.__all__), module.__name__
+
+
+def test_transcript_accepts_every_message_shape_and_roundtrips():
+    transcript = Transcript(
+        messages=[
+            Message(role="system", content="be brief"),
+            Message(role="user", content="what is 6*7?"),
+            Message(
+                role="assistant",
+                content=[
+                    {"type": "thinking", "thinking": "six sevens", "signature": "abc"},
+                    {"type": "reasoning", "text": "it is 42"},
+                    {"type": "text", "text": "answer: 42"},
+                    {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+                    {"type": "tool_use", "id": "t1", "name": "calc", "input": {"x": 6}},
+                    {"type": "future_block", "payload": [1, 2]},
+                ],
+                tool_calls=[
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            ),
+            Message(role="user", content=[{"type": "tool_result", "content": "42"}]),
+            Message(role="tool", tool_call_id="c1", content="ok"),
+        ],
+        events=[{"type": "step_finished", "step": 1, "extra": {"a": [1]}}],
+    )
+    again = roundtrip(transcript)
+    assert again == transcript
+    assert again.messages[2].content[5].payload == [1, 2]  # unknown blocks are kept
+
+
+def test_events_need_a_type():
+    with pytest.raises(ValidationError, match="type"):
+        Transcript(events=[{"name": "no type"}])
+
+
+def test_assistant_text_is_only_what_the_student_said():
+    transcript = Transcript(
+        messages=[
+            Message(role="system", content="SYSTEM"),
+            Message(role="user", content="USER"),
+            Message(role="assistant", content="first"),
+            Message(
+                role="assistant",
+                content=[
+                    {"type": "reasoning", "text": "REASONING"},
+                    {"type": "thinking", "thinking": "THINKING"},
+                    {"type": "text", "text": "second"},
+                    {"type": "tool_use", "name": "x", "input": {"q": "TOOLINPUT"}},
+                    {"type": "tool_result", "content": "TOOLRESULT"},
+                ],
+                tool_calls=[{"type": "function", "function": {"name": "f", "arguments": "ARGS"}}],
+            ),
+            Message(role="tool", content="TOOLMSG"),
+            Message(role="assistant", content=None),
+            Message(role="assistant", content=[{"type": "text", "text": "third"}]),
+        ]
+    )
+    assert transcript.assistant_text() == "first\n\nsecond\n\nthird"
+
+
+def test_scoring_converts_metadata_values_to_strings():
+    scoring = Scoring(score=1, metadata={"n": 3, "ok": True, "nested": {"a": 1}})
+    assert scoring.metadata == {"n": "3", "ok": "True", "nested": '{"a": 1}'}
+    assert scoring.continue_task is True
+    with pytest.raises(ValidationError):
+        Scoring(score=float("nan"))
+
+
+def test_and_or_build_flattened_all_any():
+    a, b, c = AlwaysPassJudge(), RegexJudge(["x"]), CustomJudge("j")
+    both = a & b & c
+    assert isinstance(both, AllJudge) and both.judges == [a, b, c]
+    either = a | b | c
+    assert isinstance(either, AnyJudge) and either.judges == [a, b, c]
+    mixed = (a & b) | c
+    assert isinstance(mixed, AnyJudge) and mixed.judges == [AllJudge(judges=[a, b]), c]
+    with pytest.raises(TypeError):
+        a & "not a judge"  # type: ignore[operator]
+
+
+def test_every_judge_roundtrips_through_json_with_regex_flags():
+    judge = (
+        RegexJudge([re.compile(r"answer:\s*42", re.IGNORECASE | re.MULTILINE), "plain", r"\d+"])
+        & ExecutableJudge(["{python}", "score.py", "{submission}", "out.json"], cwd="/tmp")
+        & (AlwaysPassJudge() | CustomJudge("mine", {"expected": "x", "n": [1, 2]}))
+        & RubricJudge(
+            rubric=[{"criterion": "names the cause", "weight": 0.5}],
+            context=[FileContext(["report.md"]), TranscriptContext()],
+            model="m",
+        )
+    )
+    again = roundtrip(judge)
+    assert again == judge
+    pattern = again.judges[0].patterns[0]
+    assert pattern.flags & re.IGNORECASE and pattern.flags & re.MULTILINE
+    assert pattern.search("ANSWER:   42")
+
+
+def test_regex_accepts_flags_by_name_and_refuses_bad_patterns():
+    judge = RegexJudge.model_validate(
+        {"type": "regex", "patterns": [{"pattern": "^x$", "flags": ["MULTILINE", "IGNORECASE"]}]}
+    )
+    assert judge.patterns[0].search("a\nX\nb")
+    with pytest.raises(ValidationError, match="invalid regular expression"):
+        RegexJudge(["(unclosed"])
+    with pytest.raises(ValidationError, match="unknown regex flag"):
+        RegexJudge([{"pattern": "x", "flags": ["SHOUTING"]}])
+
+
+def test_executable_judge_needs_an_output_file_name():
+    assert ExecutableJudge("python score.py out.txt").command == ["python", "score.py", "out.txt"]
+    with pytest.raises(ValidationError, match="output file"):
+        ExecutableJudge(["score-only"])
+    with pytest.raises(ValidationError, match="output file"):
+        ExecutableJudge(["python", ".."])
+
+
+def test_job_needs_exactly_one_of_judge_or_steps():
+    with pytest.raises(ValidationError, match="judge"):
+        ScoringJob(transcript=Transcript())
+    with pytest.raises(ValidationError, match="not both"):
+        ScoringJob(judge=AlwaysPassJudge(), steps=[Step(AlwaysPassJudge())])
+    job = ScoringJob(judge=AlwaysPassJudge())
+    assert [step.judge for step in job.scored_steps()] == [AlwaysPassJudge()]
+    assert job.with_id().id and job.with_id().id != job.with_id().id
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../up", "a/../../b", ""])
+def test_submission_paths_stay_inside_the_submission(path):
+    with pytest.raises(ValidationError, match="relative"):
+        ScoringJob(judge=AlwaysPassJudge(), submission_paths=[path])
+
+
+def test_job_with_steps_and_submission_roundtrips():
+    job = ScoringJob(
+        id="job-1",
+        transcript=Transcript(messages=[Message(role="assistant", content="hi")]),
+        steps=[Step(RegexJudge(["hi"]), ["a.txt"]), Step(judge=AlwaysPassJudge())],
+        submission=Submission.from_tar(b"\x00\x01not really a tar"),
+        metadata={"seed": 3, "tags": ["a"]},
+    )
+    assert roundtrip(job) == job
+
+
+def test_submission_from_dir_and_tar(tmp_path):
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "main.py").write_text("print(1)")
+    (tmp_path / "src" / "README").write_text("hi")
+    submission = Submission.from_dir(tmp_path / "src")
+    with tarfile.open(fileobj=io.BytesIO(submission.archive_bytes())) as archive:
+        assert sorted(archive.getnames()) == ["README", "pkg", "pkg/main.py"]
+    archive_path = tmp_path / "s.tar.gz"
+    archive_path.write_bytes(submission.archive_bytes())
+    assert Submission.from_tar(archive_path) == submission
+    assert Submission.from_tar(submission.archive_bytes()).digest() == submission.digest()
+    with pytest.raises(chalk_client.InvalidJobError):
+        Submission.from_dir(tmp_path / "missing")
+    with pytest.raises(ValidationError, match="exactly one"):
+        Submission()
+
+
+def test_job_result_roundtrips_and_reports_its_score():
+    result = JobResult(
+        job_id="j",
+        status=JobStatus.SUCCEEDED,
+        scoring=Scoring(score=0.5),
+        steps=[Scoring(score=1), Scoring(score=0.5)],
+        attempts=1,
+        timings={"total": 0.1},
+        worker="host:1",
+    )
+    assert roundtrip(result) == result
+    assert result.score == 0.5 and result.done
+    assert JobResult(job_id="j", status="queued").done is False
+    assert {s.value for s in JobStatus} == {"queued", "running", "succeeded", "failed"}

@@ -1,0 +1,300 @@
+"""Executable judges: every rule of the reference, plus our timeout and cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from chalk_client import ChalkSettings, JobStatus, ScoringJob, Submission
+from chalk_client.judges import ExecutableJudge
+from chalk_worker import score_job
+
+EXAMPLE = ["{python}", "-m", "tasks.example_task.scoring_script", "{submission}", "score.txt"]
+WRITE = """
+import json, sys
+out = sys.argv[-1]
+def write(obj):
+    with open(out, "w") as f:
+        f.write(obj if isinstance(obj, str) else json.dumps(obj))
+"""
+
+
+def run_script(score, script, body, *args, **judge):
+    path = script(WRITE + body)
+    return score(judge=ExecutableJudge(["{python}", path, *args, "out.json"], **judge))
+
+
+@pytest.mark.parametrize(("answer", "expected"), [("Python 3.12.11\n", 1.0), ("3.11.2", 0.0)])
+def test_example_task_scores_the_answer(score, answer, expected):
+    result = score(
+        judge=ExecutableJudge(EXAMPLE),
+        submission=Submission.from_files({"answer.txt": answer}),
+        submission_paths=["answer.txt"],
+    )
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.scoring.score == expected
+    assert result.scoring.continue_task  # the default threshold, -1, lets 0 continue
+
+
+def test_output_file_is_the_last_argument_in_a_fresh_folder_deleted_after(score, script):
+    result = run_script(
+        score,
+        script,
+        """
+import os
+folder = os.path.dirname(out)
+write({"score": 1, "metadata": {"out": out, "listing": sorted(os.listdir(folder))}})
+""",
+    )
+    out = Path(result.scoring.metadata["out"])
+    assert out.name == "out.json" and out.is_absolute()
+    assert result.scoring.metadata["listing"] == "[]"  # the folder was fresh and empty
+    assert not out.parent.exists()
+
+
+def test_metadata_values_become_strings_and_output_is_added(score, script):
+    result = run_script(
+        score,
+        script,
+        """
+print("to stdout")
+print("to stderr", file=sys.stderr)
+write({"score": 0.5, "metadata": {"n": 3, "flag": True, "list": [1, 2], "s": "x"}})
+""",
+    )
+    metadata = result.scoring.metadata
+    assert result.scoring.score == 0.5
+    assert metadata["n"] == "3" and metadata["flag"] == "True" and metadata["s"] == "x"
+    assert json.loads(metadata["list"]) == [1, 2]
+    assert metadata["stdout"] == "to stdout\n" and metadata["stderr"] == "to stderr\n"
+
+
+def test_captured_output_is_truncated_to_64_kib(score, script):
+    result = run_script(
+        score,
+        script,
+        """
+sys.stdout.write("o" * 300_000)
+sys.stderr.write("e" * 300_000)
+write({"score": 1, "metadata": {}})
+""",
+    )
+    for stream, char in (("stdout", "o"), ("stderr", "e")):
+        text = result.scoring.metadata[stream]
+        assert text.startswith(char * 65536) and char * 65537 not in text
+        assert "more bytes not kept" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ('write({"score": 1})', "both"),
+        ('write({"metadata": {}})', "both"),
+        ('write("not json {")', "not valid JSON"),
+        ('write("[1, 2]")', "both"),
+        ('write({"score": "high", "metadata": {}})', "finite number"),
+        ('write({"score": 1, "metadata": "x"})', "object"),
+        ("pass", "did not write"),
+        ('write({"score": 1, "metadata": {}}); sys.exit(3)', "status 3"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+    ],
+)
+def test_every_broken_script_scores_zero_and_stops(score, script, body, reason):
+    result = run_script(score, script, body)
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.scoring.score == 0.0 and result.scoring.continue_task is False
+    assert reason in result.scoring.metadata["error"]
+
+
+def test_missing_executable_scores_zero_and_stops(score):
+    result = score(judge=ExecutableJudge(["/no/such/program", "out.json"]))
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.scoring.score == 0.0 and not result.scoring.continue_task
+    assert "/no/such/program" in result.scoring.metadata["error"]
+
+
+def test_stdin_is_empty(score, script):
+    result = run_script(
+        score,
+        script,
+        'write({"score": 1, "metadata": {"stdin": repr(sys.stdin.read())}})',
+        timeout_s=20,
+    )
+    assert result.scoring.metadata["stdin"] == "''"
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold", "continues"),
+    [(0.5, 0.6, False), (0.6, 0.6, True), (-1, -1.0, True), (-1.5, -1.0, False)],
+)
+def test_continue_threshold(score, script, value, threshold, continues):
+    result = run_script(
+        score,
+        script,
+        f'write({{"score": {value}, "metadata": {{}}}})',
+        continue_threshold=threshold,
+    )
+    assert result.scoring.score == value and result.scoring.continue_task is continues
+
+
+def test_cwd_sets_the_working_directory(score, script, tmp_path):
+    body = 'import os; write({"score": 1, "metadata": {"cwd": os.getcwd()}})'
+    result = run_script(score, script, body, cwd=str(tmp_path))
+    assert result.scoring.metadata["cwd"] == str(tmp_path)
+    missing = run_script(score, script, body, cwd=str(tmp_path / "nope"))
+    assert missing.scoring.score == 0 and "does not exist" in missing.scoring.metadata["error"]
+
+
+def test_placeholders_name_interpreter_and_submission(score, script):
+    path = script(
+        WRITE
+        + """
+import os
+python, first, folder = sys.argv[1:4]
+write({"score": 1, "metadata": {
+    "python": python, "first": open(first).read(), "listing": sorted(os.listdir(folder))}})
+"""
+    )
+    import sys
+
+    result = score(
+        judge=ExecutableJudge(
+            ["{python}", path, "{python}", "{submission}", "{submission_dir}", "out.json"]
+        ),
+        submission=Submission.from_files({"b.txt": "B", "a.txt": "A"}),
+        submission_paths=["b.txt", "a.txt"],
+    )
+    metadata = result.scoring.metadata
+    assert metadata["python"] == sys.executable
+    assert metadata["first"] == "B"
+    assert metadata["listing"] == json.dumps(["a.txt", "b.txt"])
+
+
+def test_a_path_the_student_never_wrote_is_passed_anyway(score):
+    result = score(
+        judge=ExecutableJudge(EXAMPLE),
+        submission_paths=["answer.txt"],
+    )
+    # The example script does not check, so it crashes: the step scores 0.
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.scoring.score == 0 and not result.scoring.continue_task
+    assert "FileNotFoundError" in result.scoring.metadata["stderr"]
+
+
+def test_timeout_scores_zero_with_the_reason(score, script):
+    started = time.monotonic()
+    result = run_script(score, script, "import time; time.sleep(60)", timeout_s=1)
+    assert time.monotonic() - started < 20
+    assert result.scoring.score == 0 and not result.scoring.continue_task
+    assert "timed out" in result.scoring.metadata["error"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_every_process_the_script_started_is_killed(score, script, tmp_path):
+    pids = tmp_path / "pids"
+    result = run_script(
+        score,
+        script,
+        f"""
+import os, subprocess, time
+# A child in our group, one that left it with setsid, and a double-forked daemon.
+a = subprocess.Popen(["sleep", "300"])
+b = subprocess.Popen(["setsid", "sleep", "300"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open({str(pids)!r} + ".daemon", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+time.sleep(0.3)
+with open({str(pids)!r}, "w") as f:
+    f.write(f"{{a.pid}} {{b.pid}}")
+write({{"score": 1, "metadata": {{}}}})
+""",
+    )
+    assert result.scoring.score == 1
+    spawned = [int(p) for p in pids.read_text().split()]
+    spawned.append(int(Path(str(pids) + ".daemon").read_text()))
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in spawned) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in spawned if _alive(pid)]
+
+
+def test_processes_are_killed_after_a_timeout_too(score, script, tmp_path):
+    pids = tmp_path / "pids"
+    run_script(
+        score,
+        script,
+        f"""
+import subprocess, time
+b = subprocess.Popen(["setsid", "sleep", "300"])
+open({str(pids)!r}, "w").write(str(b.pid))
+time.sleep(300)
+""",
+        timeout_s=1,
+    )
+    pid = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_the_worker_s_secrets_are_not_in_the_script_s_environment(score, script, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("CHALK_REDIS_URL", "redis://:password@host/0")
+    result = run_script(
+        score, script, 'import os; write({"score": 1, "metadata": dict(os.environ)})'
+    )
+    metadata = result.scoring.metadata
+    assert "OPENAI_API_KEY" not in metadata and "CHALK_REDIS_URL" not in metadata
+    assert "sk-secret-value" not in json.dumps(metadata)
+
+
+def test_allowlist_refuses_other_commands_as_a_failure():
+    settings = ChalkSettings(allowed_commands=["{python} -m tasks."])
+    refused = score_job(
+        ScoringJob(judge=ExecutableJudge(["/bin/sh", "-c", "echo hi", "out.json"])),
+        settings=settings,
+    )
+    assert refused.status is JobStatus.FAILED and "not allowed" in refused.error
+    sneaky = score_job(
+        ScoringJob(judge=ExecutableJudge(["{python}", "-m", "tasks.../../x", "out.json"])),
+        settings=settings,
+    )
+    assert sneaky.status is JobStatus.FAILED
+    allowed = score_job(
+        ScoringJob(
+            judge=ExecutableJudge(EXAMPLE),
+            submission=Submission.from_files({"answer.txt": "3.12.11"}),
+        ),
+        settings=settings,
+    )
+    assert allowed.status is JobStatus.SUCCEEDED and allowed.scoring.score == 1
+
+
+def test_allowlist_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CHALK_ALLOWED_COMMANDS", "{python} -m tasks., /usr/bin/true")
+    assert ChalkSettings().allowed_commands == ["{python} -m tasks.", "/usr/bin/true"]
+
+
+def test_no_job_folder_is_left_behind(score, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHALK_WORK_DIR", str(tmp_path))
+    score(
+        judge=ExecutableJudge(EXAMPLE),
+        submission=Submission.from_files({"answer.txt": "3.12.11"}),
+    )
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,113 @@
+"""The job runner: steps in order, the job's score, misbehaviour and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+
+from support import say
+
+from chalk_client import JobStatus, ScoringJob, Step, Submission
+from chalk_client.judges import AlwaysPassJudge, CustomJudge, ExecutableJudge, RegexJudge
+from chalk_worker import score_job, score_job_async
+
+
+def test_steps_run_in_order_and_stop_after_one_that_does_not_continue(score):
+    result = score(
+        transcript=say("hello"),
+        steps=[
+            Step(AlwaysPassJudge()),
+            Step(RegexJudge(["absent"])),
+            Step(CustomJudge("never_reached_and_unregistered")),
+        ],
+    )
+    assert result.status is JobStatus.SUCCEEDED
+    assert [s.score for s in result.steps] == [1.0, 0.0]
+    assert result.scoring == result.steps[-1]  # the run's score is the last scored step's
+
+
+def test_the_job_score_is_the_last_step_s_even_when_lower(score):
+    result = score(
+        transcript=say("x"),
+        steps=[Step(AlwaysPassJudge()), Step(RegexJudge(["y"]) | RegexJudge(["x"]))],
+    )
+    assert [s.score for s in result.steps] == [1.0, 1.0]
+    result = score(
+        transcript=say("x"), steps=[Step(RegexJudge(["x"])), Step(RegexJudge(["x", "z"]))]
+    )
+    assert result.score == 0.0
+
+
+def test_each_step_gets_its_own_submission_paths(score, script):
+    show = script(
+        "import json, sys\n"
+        "open(sys.argv[-1], 'w').write(json.dumps("
+        "{'score': 1, 'metadata': {'text': open(sys.argv[1]).read()}}))\n"
+    )
+    judge = ExecutableJudge(["{python}", show, "{submission}", "out.json"])
+    result = score(
+        submission=Submission.from_files({"one.txt": "1", "two.txt": "2"}),
+        submission_paths=["one.txt"],
+        steps=[Step(judge), Step(judge, ["two.txt"])],
+    )
+    assert [s.metadata["text"] for s in result.steps] == ["1", "2"]
+
+
+def test_without_paths_every_submitted_file_is_passed_in_order(score, script):
+    show = script(
+        "import json, sys\n"
+        "result = {'score': 1, 'metadata': {'first': sys.argv[1]}}\n"
+        "open(sys.argv[-1], 'w').write(json.dumps(result))\n"
+    )
+    result = score(
+        submission=Submission.from_files({"z.txt": "z", "a/b.txt": "b"}),
+        judge=ExecutableJudge(["{python}", show, "{submission}", "out.json"]),
+    )
+    assert result.scoring.metadata["first"].endswith("/a/b.txt")
+
+
+def test_submission_misbehaviour_scores_zero_without_crashing(score):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        link = tarfile.TarInfo("answer.txt")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/shadow"
+        archive.addfile(link)
+    result = score(
+        submission=Submission.from_tar(buffer.getvalue()),
+        steps=[Step(AlwaysPassJudge()), Step(AlwaysPassJudge())],
+    )
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.score == 0.0 and not result.scoring.continue_task
+    assert "misbehavior" in result.scoring.metadata
+    assert len(result.steps) == 1
+
+
+def test_results_carry_id_metadata_timings_worker_and_attempts():
+    result = score_job(
+        ScoringJob(id="job-7", judge=AlwaysPassJudge(), metadata={"policy": "p", "seed": 3})
+    )
+    assert result.job_id == "job-7" and result.metadata == {"policy": "p", "seed": 3}
+    assert {"collect", "judge", "total"} <= set(result.timings)
+    assert result.attempts == 1 and result.worker
+
+
+def test_a_job_without_id_gets_one():
+    assert score_job(ScoringJob(judge=AlwaysPassJudge())).job_id
+
+
+def test_failed_results_have_an_error_and_no_scoring(score):
+    result = score(steps=[Step(AlwaysPassJudge()), Step(CustomJudge("unregistered_xyz"))])
+    assert result.status is JobStatus.FAILED and result.scoring is None
+    assert "unregistered_xyz" in result.error
+
+
+def test_score_job_works_inside_a_running_event_loop():
+    async def main():
+        inner = score_job(ScoringJob(judge=AlwaysPassJudge()))
+        outer = await score_job_async(ScoringJob(judge=AlwaysPassJudge()))
+        return inner, outer
+
+    inner, outer = asyncio.run(main())
+    assert inner.score == outer.score == 1.0
