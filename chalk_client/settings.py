@@ -101,7 +101,22 @@ class ChalkSettings(BaseSettings):
     output_bytes: int = 64 * 1024
     """Captured stdout and stderr kept per stream in a verdict's metadata."""
 
-    _split = field_validator("task_modules", "allowed_commands", mode="before")(_split_list)
+    sandbox_require: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Sandbox layers the worker refuses to run without (comma-separated, or ``all``)."""
+    sandbox_paths: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Extra host folders scripts may read (read-only, same path), e.g. grading data."""
+    sandbox_uid_base: int = Field(default=61000, ge=1000)
+    """First uid of the sandbox slots; slot ``n`` runs as uid ``base + n``."""
+    sandbox_slots: int = Field(default=256, ge=1)
+    """Sandbox uids reserved on a machine: the most scripts running at once on it."""
+    sandbox_lock_dir: str = "/run/chalk-sandbox"
+    """Where slots are claimed (one lock file per slot, machine-wide)."""
+    sandbox_tune_cgroups: bool = True
+    """Let a root worker turn on ``favordynmods`` on the cgroup2 mount (cheap cgroup moves)."""
+
+    _split = field_validator(
+        "task_modules", "allowed_commands", "sandbox_require", "sandbox_paths", mode="before"
+    )(_split_list)
 
     def resolve(self, requested: Limits | None = None) -> ResolvedLimits:
         """The limits for a job asking for ``requested``, capped by the operator's maxima."""

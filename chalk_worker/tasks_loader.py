@@ -1,13 +1,16 @@
 """Import the task packages that register custom judges and contexts.
 
-Every package directly under ``tasks/`` is imported, then every module named in
-``CHALK_TASK_MODULES``. A package that fails to import is logged and
+For every package directly under ``tasks/``, its ``judges`` and ``contexts``
+modules are imported (the package ``__init__`` stays light, because scoring
+scripts run as ``python -m tasks.<task>.<script>`` import it on every start),
+then every module named in ``CHALK_TASK_MODULES``. A package that fails to import is logged and
 remembered, so a job naming one of its judges says why it is missing.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import pkgutil
 import threading
@@ -41,9 +44,15 @@ def load_task_modules(settings: ChalkSettings) -> None:
         except ImportError:
             tasks = None  # type: ignore[assignment]
         if tasks is not None:
-            for module in pkgutil.iter_modules(tasks.__path__, prefix="tasks."):
-                if module.ispkg:
-                    _import(module.name)
+            for package in pkgutil.iter_modules(tasks.__path__, prefix="tasks."):
+                if not package.ispkg:
+                    continue
+                _import(package.name)
+                spec = importlib.util.find_spec(package.name)
+                folders = (spec.submodule_search_locations if spec else None) or []
+                for module in pkgutil.iter_modules(folders):
+                    if module.name in ("judges", "contexts"):
+                        _import(f"{package.name}.{module.name}")
         for name in settings.task_modules:
             _import(name)
 

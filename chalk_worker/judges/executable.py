@@ -6,10 +6,8 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -17,8 +15,10 @@ from typing import Any
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring
 from chalk_worker.judges.base import JudgeContext, evaluator
+from chalk_worker.sandbox.bwrap import import_roots
 from chalk_worker.sandbox.policy import check_command
-from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome, run_sandboxed
+from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
+from chalk_worker.sandbox.session import get_sandbox
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
@@ -40,23 +40,15 @@ def _executor() -> ThreadPoolExecutor:
     return _pool[1]
 
 
-def _tasks_root() -> str | None:
-    try:
-        import tasks
-    except ImportError:
-        return None
-    return str(Path(next(iter(tasks.__path__))).parent)
-
-
-def _script_env(home: Path) -> dict[str, str]:
+def _script_env(home: Path, isolated: bool) -> dict[str, str]:
     """A clean environment: nothing of the worker's secrets, just what a script needs."""
-    python_path = [p for p in (_tasks_root(), os.environ.get("PYTHONPATH")) if p]
+    python_path = [*import_roots(), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "HOME": str(home),
-        "TMPDIR": str(home),
+        "TMPDIR": "/tmp" if isolated else str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONIOENCODING": "utf-8",
     }
@@ -98,13 +90,19 @@ def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
     return data, ""
 
 
-def _verdict(outcome: ProcessOutcome, output: Path, judge: ExecutableJudge) -> Scoring:
+def _verdict(
+    outcome: ProcessOutcome, output: Path, judge: ExecutableJudge, memory_mb: int
+) -> Scoring:
     captured = {"stdout": outcome.stdout, "stderr": outcome.stderr}
     if outcome.start_error is not None:
         return Scoring.fail("error", outcome.start_error, **captured)
     if outcome.timed_out:
         return Scoring.fail(
             "error", f"the script timed out after {outcome.duration_s:.1f} s", **captured
+        )
+    if outcome.memory_exceeded:
+        return Scoring.fail(
+            "error", f"the script ran out of memory (limit {memory_mb} MiB)", **captured
         )
     if outcome.returncode != 0:
         code = outcome.returncode or 0
@@ -129,6 +127,34 @@ def _verdict(outcome: ProcessOutcome, output: Path, judge: ExecutableJudge) -> S
     )
 
 
+def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
+    """Run the script in a sandbox session and read its verdict (blocking)."""
+    limits = ProcessLimits(
+        wall_s=min(judge.timeout_s or context.limits.wall_s, context.settings.max_wall_s),
+        file_size_bytes=context.limits.file_size_mb * 1024 * 1024,
+        memory_bytes=context.limits.memory_mb * 1024 * 1024,
+        processes=context.limits.processes,
+        output_bytes=context.limits.output_bytes,
+    )
+    sandbox = get_sandbox(context.settings)
+    with sandbox.session(context.job_dir, limits.file_size_bytes) as session:
+        output = session.output_dir / PurePosixPath(judge.command[-1]).name
+        argv = [_fill(word, context) for word in judge.command[:-1]] + [str(output)]
+        cwd = Path(_fill(judge.cwd, context)) if judge.cwd else session.home
+        readonly = [context.submission_dir]
+        if not cwd.is_dir():
+            return Scoring.fail("error", f"the working directory {cwd} does not exist")
+        if not session.visible(cwd, readonly):
+            return Scoring.fail(
+                "error",
+                f"the working directory {cwd} is not visible inside the sandbox; use a folder "
+                "under {submission_dir} or one listed in CHALK_SANDBOX_PATHS",
+            )
+        env = _script_env(session.home, isolated=sandbox.layers.bwrap is not None)
+        outcome = session.run(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+        return _verdict(outcome, output, judge, context.limits.memory_mb)
+
+
 @evaluator("executable")
 async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
     """Run the scoring script sandboxed; its output file decides the verdict."""
@@ -138,28 +164,5 @@ async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> 
         return Scoring.fail(
             "error", "the command uses {submission} but the step has no submission file"
         )
-    scratch = Path(tempfile.mkdtemp(prefix="judge-", dir=context.job_dir))
-    try:
-        output_dir = scratch / "output"
-        home = scratch / "home"
-        output_dir.mkdir()
-        home.mkdir()
-        output = output_dir / PurePosixPath(judge.command[-1]).name
-        argv = [_fill(word, context) for word in judge.command[:-1]] + [str(output)]
-        cwd = Path(_fill(judge.cwd, context)) if judge.cwd else home
-        if not cwd.is_dir():
-            return Scoring.fail("error", f"the working directory {cwd} does not exist")
-        wall_s = min(judge.timeout_s or context.limits.wall_s, context.settings.max_wall_s)
-        limits = ProcessLimits(
-            wall_s=wall_s,
-            file_size_bytes=context.limits.file_size_mb * 1024 * 1024,
-            output_bytes=context.limits.output_bytes,
-        )
-        loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(
-            _executor(),
-            lambda: run_sandboxed(argv, cwd=cwd, env=_script_env(home), limits=limits),
-        )
-        return _verdict(outcome, output, judge)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(), _judge, judge, context)

@@ -1,20 +1,18 @@
-"""Run one untrusted command and leave nothing of it behind.
+"""Starting, watching and capturing one contained process.
 
-``run_sandboxed`` starts the command in its own session, with rlimits and an
-empty stdin, captures at most ``output_bytes`` of stdout and stderr each,
-enforces a wall-clock timeout, and when the command ends (or is timed out)
-kills *every* process it started, also those that left its process group
-(``setsid``, double forks): through a cgroup's ``cgroup.kill`` where the
-machine lets us create cgroups, and through a sweep of processes carrying the
-run's token in their environment otherwise.
+The pieces ``Sandbox`` assembles: the limits and outcome of a run, a pipe
+drained into a capped buffer, the child-side set-up between ``fork`` and
+``exec`` (cgroups, rlimits, dropping to the slot user), and a last-resort sweep
+by environment token for machines with no better way to find leftovers.
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
+import ctypes
 import os
 import resource
-import secrets
+import select
 import signal
 import subprocess
 import threading
@@ -22,13 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
-from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 TOKEN_VARIABLE = "CHALK_SANDBOX_TOKEN"
-_CGROUP2_ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
-_KILL_SWEEPS = 50
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 @dataclass(frozen=True)
@@ -36,9 +30,16 @@ class ProcessLimits:
     """Resource limits for one run."""
 
     wall_s: float
+    """Wall-clock seconds before the whole run is killed."""
     file_size_bytes: int
+    """Largest file the script may write; also the size of its scratch space."""
+    memory_bytes: int = 2048 * 1024 * 1024
+    """Memory of the whole process tree (where a memory cgroup exists)."""
+    processes: int = 256
+    """Processes at once (pids cgroup, or RLIMIT_NPROC on the slot's uid)."""
     open_files: int = 1024
     output_bytes: int = 64 * 1024
+    """Bytes of stdout and of stderr kept."""
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,11 @@ class ProcessOutcome:
     stderr: str
     duration_s: float
     start_error: str | None = None
+    memory_exceeded: bool = False
     leftovers_killed: int = 0
 
 
-class _Capture:
+class Capture:
     """Drain a pipe in a thread, keeping only its first ``limit`` bytes."""
 
     def __init__(self, pipe: BufferedReader, limit: int) -> None:
@@ -78,6 +80,7 @@ class _Capture:
                 self.dropped += max(0, len(chunk) - max(room, 0))
 
     def text(self, wait_s: float) -> str:
+        """What was kept, decoded, with a note of how much was dropped."""
         self._thread.join(wait_s)
         text = self.kept.decode("utf-8", errors="replace")
         if self.dropped:
@@ -85,188 +88,88 @@ class _Capture:
         return text
 
 
-class _KillGroup:
-    """A cgroup v2 group whose ``cgroup.kill`` ends every process in it at once."""
+def child_setup(
+    limits: ProcessLimits, cgroup_fds: Sequence[int], uid: int | None, drop_here: bool
+) -> Callable[[], None]:
+    """What the child does between ``fork`` and ``exec``.
 
-    _root: Path | None = None
-    _probed = False
-
-    @classmethod
-    def root(cls) -> Path | None:
-        if not cls._probed:
-            cls._probed = True
-            for base in _CGROUP2_ROOTS:
-                if not (base / "cgroup.controllers").exists():
-                    continue  # not a cgroup v2 mount
-                candidate = base / "chalk"
-                try:
-                    candidate.mkdir(exist_ok=True)
-                    probe = candidate / f"probe-{os.getpid()}"
-                    probe.mkdir()
-                    usable = (probe / "cgroup.kill").exists()
-                    probe.rmdir()
-                except OSError:
-                    continue
-                if usable:
-                    cls._root = candidate
-                    break
-            if cls._root is None:
-                log.warning(
-                    "cgroup v2 with cgroup.kill is not writable here: leftover processes are "
-                    "found by an environment sweep instead, which a hostile script can evade"
-                )
-        return cls._root
-
-    def __init__(self, token: str) -> None:
-        root = self.root()
-        self.path = None if root is None else root / token
-        self.procs_fd: int | None = None
-        if self.path is not None:
-            try:
-                self.path.mkdir()
-                self.procs_fd = os.open(self.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as exc:
-                log.warning("could not create cgroup %s (%s); using the sweep only", self.path, exc)
-                self.path = None
-
-    def kill(self) -> bool:
-        if self.path is None:
-            return False
-        try:
-            (self.path / "cgroup.kill").write_text("1")
-        except OSError:
-            return False
-        return True
-
-    def remove(self) -> None:
-        if self.procs_fd is not None:
-            os.close(self.procs_fd)
-            self.procs_fd = None
-        if self.path is None:
-            return
-        for _ in range(200):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                self.kill()
-                time.sleep(0.005)
-        log.warning("cgroup %s could not be removed: processes are still in it", self.path)
-
-
-def _preexec(limits: ProcessLimits, procs_fd: int | None) -> Callable[[], None]:
-    # Runs in the child between fork and exec: only async-signal-safe-ish os calls.
+    Join the slot's cgroups first (so nothing it starts can be outside them),
+    set rlimits, then, when bubblewrap is not doing it, become the slot user
+    with no groups and ``no_new_privs``. Only plain system calls: the worker
+    has threads, and the child must not take a lock one of them holds.
+    """
     cpu_s = int(limits.wall_s) + 5
+    libc = ctypes.CDLL(None, use_errno=True) if drop_here else None
 
     def prepare() -> None:
-        if procs_fd is not None:
-            os.write(procs_fd, str(os.getpid()).encode())
+        pid = str(os.getpid()).encode()
+        for fd in cgroup_fds:
+            os.write(fd, pid)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files,) * 2)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        if uid is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
+        if drop_here and uid is not None and libc is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                os._exit(126)
 
     return prepare
 
 
-def _carrying_token(token: str) -> list[int]:
+def carrying_token(token: str) -> list[int]:
+    """Processes whose environment holds this run's token."""
     marker = f"{TOKEN_VARIABLE}={token}".encode()
     found = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as environ:
-                if marker in environ.read():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/environ", "rb") as env:
+                if marker in env.read():
                     found.append(int(entry.name))
-        except OSError:
-            continue
     return found
 
 
-def _kill_everything(pgid: int, group: _KillGroup, token: str) -> int:
-    """Kill the process group, then the cgroup or every process carrying the token.
-
-    Returns how many leftover processes the sweep killed (0 when the cgroup did it).
-    """
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        log.warning("could not kill process group %d", pgid)
-    if group.kill():
-        return 0
+def sweep(find: Callable[[], list[int]], sweeps: int = 50) -> int:
+    """SIGKILL what ``find`` returns until it returns nothing; count the kills."""
     killed = 0
-    for _ in range(_KILL_SWEEPS):
-        pids = [pid for pid in _carrying_token(token) if pid != os.getpid()]
+    for _ in range(sweeps):
+        pids = [pid for pid in find() if pid != os.getpid()]
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-            except ProcessLookupError:
-                pass
         time.sleep(0.002)
     return killed
 
 
-def run_sandboxed(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: dict[str, str],
-    limits: ProcessLimits,
-) -> ProcessOutcome:
-    """Run ``argv`` contained, wait for it (at most ``limits.wall_s``), then kill all it left."""
-    token = secrets.token_hex(12)
-    env = {**env, TOKEN_VARIABLE: token}
-    group = _KillGroup(token)
-    started = time.monotonic()
+def wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for ``process`` to exit, at most ``timeout_s``; ``False`` if it is still running.
+
+    Sleeps on a pidfd, so it wakes the moment the process exits (``Popen.wait``
+    with a timeout polls, which costs up to 50 ms a run).
+    """
     try:
-        process = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=_preexec(limits, group.procs_fd),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        group.remove()
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return ProcessOutcome(
-            returncode=None,
-            timed_out=False,
-            stdout="",
-            stderr="",
-            duration_s=time.monotonic() - started,
-            start_error=f"could not start {argv[0]!r}: {reason}",
-        )
-    assert process.stdout is not None and process.stderr is not None
-    out = _Capture(process.stdout, limits.output_bytes)  # type: ignore[arg-type]
-    err = _Capture(process.stderr, limits.output_bytes)  # type: ignore[arg-type]
-    timed_out = False
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
     try:
-        process.wait(timeout=limits.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        ready, _, _ = select.select([pidfd], [], [], timeout_s)
     finally:
-        leftovers = _kill_everything(process.pid, group, token)
-        process.wait()
-        group.remove()
-    duration = time.monotonic() - started
-    return ProcessOutcome(
-        returncode=process.returncode,
-        timed_out=timed_out,
-        stdout=out.text(wait_s=5.0),
-        stderr=err.text(wait_s=5.0),
-        duration_s=duration,
-        leftovers_killed=leftovers,
-    )
+        os.close(pidfd)
+    return bool(ready)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group, if it still exists."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,9 +1,7 @@
 """The example task: the agent must report Python version 3.12.11.
 
 ``scoring_script`` is its executable judge; ``judges`` registers a custom judge,
-``final_message_contains``, to show how task packages add their own.
+``final_message_contains``, to show how task packages add their own. The
+worker imports ``judges`` (and ``contexts``) modules of every task package;
+keeping this ``__init__`` empty keeps scoring scripts quick to start.
 """
-
-from tasks.example_task import judges
-
-__all__ = ["judges"]

@@ -193,64 +193,64 @@ def test_timeout_scores_zero_with_the_reason(score, script):
     assert "timed out" in result.scoring.metadata["error"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def survivors(marker: str) -> list[int]:
+    """Host processes whose command line holds ``marker`` (PIDs inside differ from ours)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if marker.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
-def test_every_process_the_script_started_is_killed(score, script, tmp_path):
-    pids = tmp_path / "pids"
+def no_survivors(marker: str, wait_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while survivors(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not survivors(marker)
+
+
+def test_every_process_the_script_started_is_killed(score, script):
+    marker = f"300.{os.getpid()}{time.monotonic_ns() % 10**9}"
     result = run_script(
         score,
         script,
         f"""
 import os, subprocess, time
 # A child in our group, one that left it with setsid, and a double-forked daemon.
-a = subprocess.Popen(["sleep", "300"])
-b = subprocess.Popen(["setsid", "sleep", "300"])
+subprocess.Popen(["sleep", "{marker}"])
+subprocess.Popen(["setsid", "sleep", "{marker}"])
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open({str(pids)!r} + ".daemon", "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(300)
+        os.execvp("sleep", ["sleep", "{marker}"])
     os._exit(0)
 time.sleep(0.3)
-with open({str(pids)!r}, "w") as f:
-    f.write(f"{{a.pid}} {{b.pid}}")
 write({{"score": 1, "metadata": {{}}}})
 """,
     )
     assert result.scoring.score == 1
-    spawned = [int(p) for p in pids.read_text().split()]
-    spawned.append(int(Path(str(pids) + ".daemon").read_text()))
-    deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in spawned) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in spawned if _alive(pid)]
+    assert no_survivors(marker)
 
 
-def test_processes_are_killed_after_a_timeout_too(score, script, tmp_path):
-    pids = tmp_path / "pids"
-    run_script(
+def test_processes_are_killed_after_a_timeout_too(score, script):
+    marker = f"300.{os.getpid()}{time.monotonic_ns() % 10**9}"
+    result = run_script(
         score,
         script,
         f"""
 import subprocess, time
-b = subprocess.Popen(["setsid", "sleep", "300"])
-open({str(pids)!r}, "w").write(str(b.pid))
+subprocess.Popen(["setsid", "sleep", "{marker}"])
 time.sleep(300)
 """,
         timeout_s=1,
     )
-    pid = int(pids.read_text())
-    deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    assert "timed out" in result.scoring.metadata["error"]
+    assert no_survivors(marker)
 
 
 def test_the_worker_s_secrets_are_not_in_the_script_s_environment(score, script, monkeypatch):

@@ -1,0 +1,108 @@
+"""What a sandboxed script sees: a bubblewrap command line built from an allowlist of paths.
+
+The script gets a new root with the system folders read-only, the Python that
+runs the worker (and its packages) read-only at the same paths, the ``tasks``
+and ``chalk_client`` packages, the job's submission read-only, its own scratch
+folder writable, a private ``/tmp``, a fresh ``/proc`` for its own PID
+namespace, a minimal ``/dev`` and no network. Nothing else of the host exists
+for it: not ``/root``, not ``/home``, not the worker's job folders.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""System folders shown read-only (or as the symlinks they are)."""
+
+
+def _package_dir(name: str) -> Path | None:
+    try:
+        module = __import__(name)
+    except ImportError:
+        return None
+    locations = list(getattr(module, "__path__", []))
+    return Path(locations[0]).resolve() if locations else None
+
+
+def python_paths() -> list[Path]:
+    """Folders a script needs to run ``{python}`` and import ``tasks`` and ``chalk_client``."""
+    found = {
+        Path(sys.base_prefix).resolve(),
+        Path(sys.prefix).resolve(),
+        Path(sys.prefix),
+        Path(os.path.realpath(sys.executable)).parent.parent,
+        Path(sys.executable).parent.parent,
+    }
+    found.update(Path(p) for p in site.getsitepackages() if os.path.isdir(p))
+    for name in ("tasks", "chalk_client"):
+        package = _package_dir(name)
+        if package is not None:
+            found.add(package)
+    return sorted(found)
+
+
+def import_roots() -> list[str]:
+    """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import."""
+    roots = []
+    for name in ("tasks", "chalk_client"):
+        package = _package_dir(name)
+        if package is not None and str(package.parent) not in roots:
+            roots.append(str(package.parent))
+    return roots
+
+
+def _covered(path: Path, binds: Iterable[Path]) -> bool:
+    return any(path == bind or bind in path.parents for bind in binds)
+
+
+def bwrap_argv(
+    bwrap: str,
+    *,
+    readonly: Sequence[Path],
+    writable: Sequence[Path],
+    chdir: Path,
+    tmp_bytes: int,
+) -> list[str]:
+    """The bubblewrap arguments (up to and including ``--``) for one run."""
+    argv = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "chalk-sandbox",
+    ]
+    system = []
+    for name in SYSTEM_PATHS:
+        if os.path.islink(name):
+            argv += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            argv += ["--ro-bind", name, name]
+            system.append(Path(name))
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    bound: list[Path] = list(system)
+    created: set[Path] = {Path("/"), Path("/tmp")}
+    binds = [(Path(p), "--ro-bind") for p in readonly] + [(Path(p), "--bind") for p in writable]
+    # Parents first, so a writable folder inside a read-only one is bound on top of it.
+    for path, how in sorted(binds, key=lambda item: len(item[0].parts)):
+        if _covered(path, system) or not path.exists():
+            continue
+        for parent in reversed(path.parents):
+            if parent in created or _covered(parent, bound):
+                continue  # made already, or a real host folder inside a bind
+            # Folders bwrap makes on its own are 0700: the sandbox user could not pass.
+            argv += ["--perms", "0755", "--dir", str(parent)]
+            created.add(parent)
+        argv += [how, str(path), str(path)]
+        bound.append(path)
+    argv += ["--chdir", str(chdir), "--"]
+    return argv

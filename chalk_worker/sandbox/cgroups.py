@@ -1,0 +1,254 @@
+"""Control groups for one sandbox slot: a memory cap, a process cap, and a kill switch.
+
+Machines differ: cgroup v1 controllers (``memory``, ``pids``) beside a cgroup2
+mount used only for ``cgroup.kill`` (hybrid), or one cgroup2 hierarchy with
+everything. ``CgroupSupport.detect`` finds what is writable; ``SlotCgroups``
+uses what was found. Each slot's groups are made once and reused, which keeps
+a sandboxed run cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+V1_ROOT = Path("/sys/fs/cgroup")
+V2_CANDIDATES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+GROUP_NAME = "chalk"
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_RELATIME = 2, 4, 8, 32, 1 << 21
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+def _read_counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def own_cgroup(controller: str) -> str:
+    """This process's cgroup path for a v1 ``controller``, or for cgroup2 with ``""``."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return "/"
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if (controller and controller in controllers.split(",")) or (
+            not controller and not controllers
+        ):
+            return path
+    return "/"
+
+
+def _below(base: Path, path: str) -> Path:
+    return base / path.lstrip("/")
+
+
+def _usable_dir(base: Path, probe_file: str) -> Path | None:
+    """``base/chalk`` if we can make and remove child groups there that have ``probe_file``."""
+    group = base / GROUP_NAME
+    try:
+        group.mkdir(exist_ok=True)
+        probe = group / f"probe-{os.getpid()}"
+        probe.mkdir(exist_ok=True)
+        ok = (probe / probe_file).exists()
+        probe.rmdir()
+    except OSError:
+        return None
+    return group if ok else None
+
+
+def favor_dynmods(mount: Path) -> bool:
+    """Make moving processes between cgroups cheap (~0.3 ms, not ~10 ms): ``favordynmods``.
+
+    Each sandboxed run moves its first process into the slot's groups; without
+    this mount option every move may wait for an RCU grace period. Returns
+    whether the option is on afterwards.
+    """
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == str(mount) and fields[2] == "cgroup2":
+            if "favordynmods" in fields[3].split(","):
+                return True
+            libc = ctypes.CDLL(None, use_errno=True)
+            flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RELATIME
+            done: int = libc.mount(
+                b"cgroup2", str(mount).encode(), b"cgroup2", flags, b"favordynmods"
+            )
+            return done == 0
+    return False
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where each cgroup feature lives on this machine (``None``: not available)."""
+
+    kill: Path | None
+    """cgroup2 folder whose children have ``cgroup.kill``."""
+    memory: Path | None
+    """Folder whose children cap memory (v1 ``memory`` or v2 with the controller)."""
+    pids: Path | None
+    """Folder whose children cap processes."""
+    memory_v2: bool = False
+    pids_v2: bool = False
+    fast_moves: bool = False
+    """Whether ``favordynmods`` is on, which makes each run's cgroup move cheap."""
+
+    @classmethod
+    def detect(cls, tune: bool = True) -> CgroupSupport:
+        """Probe the machine by making (and removing) a group in each place.
+
+        With ``tune``, turn on ``favordynmods`` on the cgroup2 mount (see ``favor_dynmods``).
+        """
+        kill = memory = pids = None
+        memory_v2 = pids_v2 = fast = False
+        for mount in V2_CANDIDATES:
+            if (mount / "cgroup.controllers").exists():
+                fast = tune and favor_dynmods(mount)
+                # Groups go below our own, so limits around the worker also hold for scripts.
+                base = _below(mount, own_cgroup(""))
+                kill = _usable_dir(base, "cgroup.kill")
+                if kill is not None:
+                    wanted = {"memory", "pids"} & set(
+                        (base / "cgroup.controllers").read_text().split()
+                    )
+                    for controller in sorted(wanted):
+                        with contextlib.suppress(OSError):
+                            _write(base / "cgroup.subtree_control", f"+{controller}")
+                            _write(kill / "cgroup.subtree_control", f"+{controller}")
+                    enabled = set((kill / "cgroup.subtree_control").read_text().split())
+                    if "memory" in enabled:
+                        memory, memory_v2 = kill, True
+                    if "pids" in enabled:
+                        pids, pids_v2 = kill, True
+                break
+        if memory is None and (V1_ROOT / "memory" / "memory.limit_in_bytes").exists():
+            memory = _usable_dir(
+                _below(V1_ROOT / "memory", own_cgroup("memory")), "memory.limit_in_bytes"
+            )
+        if pids is None and (V1_ROOT / "pids" / "cgroup.procs").exists():
+            pids = _usable_dir(_below(V1_ROOT / "pids", own_cgroup("pids")), "pids.max")
+        return cls(
+            kill=kill,
+            memory=memory,
+            pids=pids,
+            memory_v2=memory_v2,
+            pids_v2=pids_v2,
+            fast_moves=fast,
+        )
+
+
+class SlotCgroups:
+    """The groups of one sandbox slot; a run joins them all before it executes anything."""
+
+    def __init__(self, support: CgroupSupport, slot: str) -> None:
+        self.support = support
+        self.folders: list[Path] = []
+        for base in {p for p in (support.kill, support.memory, support.pids) if p is not None}:
+            folder = base / slot
+            try:
+                folder.mkdir(exist_ok=True)
+                self.folders.append(folder)
+            except OSError as exc:
+                log.warning("could not create cgroup %s: %s", folder, exc)
+        self._fds: list[int] = []
+
+    def _folder(self, base: Path | None) -> Path | None:
+        if base is None:
+            return None
+        return next((f for f in self.folders if f.parent == base), None)
+
+    def set_limits(self, memory_bytes: int, processes: int) -> None:
+        """Cap the slot's memory (a hog is killed by the kernel) and its process count."""
+        memory = self._folder(self.support.memory)
+        if memory is not None:
+            if self.support.memory_v2:
+                _write(memory / "memory.max", str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    _write(memory / "memory.swap.max", "0")
+            else:
+                with contextlib.suppress(OSError):
+                    _write(memory / "memory.memsw.limit_in_bytes", "-1")
+                _write(memory / "memory.limit_in_bytes", str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    _write(memory / "memory.memsw.limit_in_bytes", str(memory_bytes))
+        pids = self._folder(self.support.pids)
+        if pids is not None:
+            _write(pids / "pids.max", str(processes))
+
+    def open_for_join(self) -> list[int]:
+        """File descriptors of each ``cgroup.procs``, to write the child's pid into after fork."""
+        self._fds = [
+            os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for folder in self.folders
+        ]
+        return self._fds
+
+    def close_join(self) -> None:
+        """Close what ``open_for_join`` opened."""
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for memory in this slot so far."""
+        memory = self._folder(self.support.memory)
+        if memory is None:
+            return 0
+        if self.support.memory_v2:
+            return _read_counter(memory / "memory.events", "oom_kill")
+        return _read_counter(memory / "memory.oom_control", "oom_kill")
+
+    def kill_all(self) -> bool:
+        """Kill every process in the slot at once; ``False`` when no kill switch exists here."""
+        kill = self._folder(self.support.kill)
+        if kill is None:
+            return False
+        try:
+            _write(kill / "cgroup.kill", "1")
+        except OSError:
+            return False
+        return True
+
+    def members(self) -> set[int]:
+        """Processes still in any of the slot's groups."""
+        found: set[int] = set()
+        for folder in self.folders:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+        return found
+
+    def remove(self) -> None:
+        """Remove the slot's (empty) groups."""
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self.folders = []
+
+    def wait_empty(self, timeout_s: float = 5.0) -> bool:
+        """Wait until no process is left in the slot's groups."""
+        deadline = time.monotonic() + timeout_s
+        while self.members():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True

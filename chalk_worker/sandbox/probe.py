@@ -1,0 +1,141 @@
+"""Which sandbox layers this machine provides, said once in plain words.
+
+Every layer holds on its own; one the machine cannot provide is skipped with
+a warning, never silently. Operators who want strictness list the layers they
+require (``CHALK_SANDBOX_REQUIRE``) and the worker refuses to start without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+
+from chalk_client.errors import ConfigurationError
+from chalk_worker.sandbox.cgroups import CgroupSupport
+
+log = logging.getLogger("chalk_worker.sandbox")
+
+LAYERS = ("user", "namespaces", "network", "memory", "pids", "kill", "rlimits")
+"""Layer names an operator can require; ``all`` means every one."""
+
+
+def _bwrap_works(bwrap: str) -> bool:
+    try:
+        done = subprocess.run(
+            [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+@dataclass(frozen=True)
+class SandboxLayers:
+    """What this machine gives the sandbox."""
+
+    root: bool
+    """Whether the worker runs as root (needed to switch scripts to per-slot users)."""
+    bwrap: str | None
+    """A working bubblewrap, for namespaces (PID, network, IPC, mount)."""
+    setpriv: str | None
+    """util-linux ``setpriv``, used inside bubblewrap to become the slot user."""
+    cgroups: CgroupSupport
+
+    @property
+    def available(self) -> dict[str, str]:
+        """Each layer present, with how it is provided."""
+        have: dict[str, str] = {"rlimits": "core 0, file size, open files, CPU time"}
+        if self.root and (self.setpriv or not self.bwrap):
+            have["user"] = "each concurrent script runs as its own unprivileged uid, no groups"
+        if self.bwrap:
+            have["namespaces"] = "bubblewrap: own PID, mount, IPC and UTS namespaces"
+            have["network"] = "bubblewrap: own network namespace with no interfaces up"
+        if self.cgroups.memory:
+            have["memory"] = f"memory cgroup under {self.cgroups.memory}"
+        if self.cgroups.pids:
+            have["pids"] = f"pids cgroup under {self.cgroups.pids}"
+        elif "user" in have:
+            have["pids"] = "RLIMIT_NPROC on the slot's own uid"
+        killers = []
+        if self.cgroups.kill:
+            killers.append("cgroup.kill")
+        if self.bwrap:
+            killers.append("PID namespace teardown")
+        if "user" in have:
+            killers.append("sweep of the slot's uid")
+        have["kill"] = ", ".join(killers) or "process group and a sweep by environment token"
+        return have
+
+    @property
+    def missing(self) -> dict[str, str]:
+        """Each layer absent, with what it would take."""
+        absent = {}
+        have = self.available
+        if "user" not in have:
+            absent["user"] = (
+                "scripts run as the worker's own user: run the worker as root (it drops "
+                "scripts to per-slot uids), with setpriv installed (util-linux)"
+            )
+        if "namespaces" not in have:
+            absent["namespaces"] = "install bubblewrap (apt-get install bubblewrap)"
+            absent["network"] = "scripts can reach the network: install bubblewrap"
+        if "memory" not in have:
+            absent["memory"] = "no writable memory cgroup: a memory hog is not capped"
+        if "pids" not in have:
+            absent["pids"] = "no pids cgroup and no per-slot uid: a fork bomb is not capped"
+        if not (self.cgroups.kill or self.bwrap or "user" in have):
+            absent["kill"] = (
+                "only a sweep by environment token finds leftover processes, and a hostile "
+                "script can evade it"
+            )
+        return absent
+
+    def report(self) -> list[str]:
+        """The probe's findings, one plain sentence per layer."""
+        lines = [f"sandbox layer {name}: on ({how})" for name, how in self.available.items()]
+        lines += [f"sandbox layer {name}: OFF - {why}" for name, why in self.missing.items()]
+        return lines
+
+    def require(self, wanted: list[str]) -> None:
+        """Raise ``ConfigurationError`` if a required layer is missing."""
+        names = list(LAYERS) if "all" in wanted else wanted
+        unknown = [name for name in names if name not in LAYERS]
+        if unknown:
+            raise ConfigurationError(
+                f"unknown sandbox layer(s) {unknown} in CHALK_SANDBOX_REQUIRE; "
+                f"choose from {', '.join(LAYERS)} or all"
+            )
+        lacking = {name: why for name, why in self.missing.items() if name in names}
+        if lacking:
+            details = "; ".join(f"{name}: {why}" for name, why in lacking.items())
+            raise ConfigurationError(f"required sandbox layers are missing: {details}")
+
+
+@cache
+def detect_layers(tune_cgroups: bool = True) -> SandboxLayers:
+    """Probe the machine once per process and log what was found."""
+    bwrap = shutil.which("bwrap")
+    root = os.geteuid() == 0
+    layers = SandboxLayers(
+        root=root,
+        bwrap=bwrap if bwrap and _bwrap_works(bwrap) else None,
+        setpriv=shutil.which("setpriv"),
+        cgroups=CgroupSupport.detect(tune_cgroups) if root else CgroupSupport(None, None, None),
+    )
+    if layers.cgroups.kill and not layers.cgroups.fast_moves:
+        log.warning(
+            "cgroup2 is not mounted with favordynmods: each sandboxed run may spend ~10 ms "
+            "moving into its cgroups (CHALK_SANDBOX_TUNE_CGROUPS=true lets the worker set it)"
+        )
+    for name, how in layers.available.items():
+        log.info("sandbox layer %s: on (%s)", name, how)
+    for name, why in layers.missing.items():
+        log.warning("sandbox layer %s: OFF - %s", name, why)
+    return layers

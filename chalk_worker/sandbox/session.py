@@ -1,0 +1,278 @@
+"""The sandbox: run an untrusted command with every layer this machine provides.
+
+A ``SandboxSession`` is one judge's stay in the sandbox: a claimed slot (its
+own uid), a private scratch folder (a size-capped tmpfs where the worker is
+root) with ``home/`` and ``output/``, and the slot's cgroups. ``run`` starts
+the command under bubblewrap (new PID, network, mount, IPC namespaces; only
+allowlisted paths visible), as the slot user, with rlimits, an empty stdin,
+capped output and a wall-clock timeout; when it ends, everything it started is
+killed. Leaving the session removes the scratch and frees the slot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from chalk_client.settings import ChalkSettings
+from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
+from chalk_worker.sandbox.cgroups import SlotCgroups
+from chalk_worker.sandbox.probe import SandboxLayers, detect_layers
+from chalk_worker.sandbox.process import (
+    TOKEN_VARIABLE,
+    Capture,
+    ProcessLimits,
+    ProcessOutcome,
+    carrying_token,
+    child_setup,
+    kill_group,
+    sweep,
+    wait_exit,
+)
+from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
+
+log = logging.getLogger(__name__)
+
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+
+
+class SandboxSession:
+    """One judge's stay in the sandbox; made by ``Sandbox.session``."""
+
+    def __init__(self, sandbox: Sandbox, scratch: Path, slot: Slot | None) -> None:
+        self.sandbox = sandbox
+        self.scratch = scratch
+        self.slot = slot
+        self.home = scratch / "home"
+        """The script's default working folder and ``HOME``."""
+        self.output_dir = scratch / "output"
+        """Where the script's output file goes."""
+
+    def visible(self, path: Path, readonly: Sequence[Path] = ()) -> bool:
+        """Whether ``path`` is inside the sandbox's view (always true without bubblewrap)."""
+        if not self.sandbox.layers.bwrap:
+            return True
+        roots = [Path("/usr"), Path("/etc"), self.scratch, *self.sandbox.readonly_roots, *readonly]
+        return any(path == root or root in path.parents for root in roots)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        limits: ProcessLimits,
+        readonly: Sequence[Path] = (),
+    ) -> ProcessOutcome:
+        """Run ``argv`` contained and wait for it; kill all it left behind."""
+        started = time.monotonic()
+        sandbox = self.sandbox
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            return ProcessOutcome(
+                returncode=None,
+                timed_out=False,
+                stdout="",
+                stderr="",
+                duration_s=0.0,
+                start_error=f"could not start {argv[0]!r}: not found or not executable",
+            )
+        token = os.urandom(12).hex()
+        env = {**env, TOKEN_VARIABLE: token}
+        uid = self.slot.uid if self.slot else None
+        cgroups = sandbox.cgroups_for(self.slot) if self.slot else None
+        full = list(argv)
+        popen_cwd: Path | None = cwd
+        if sandbox.layers.bwrap:
+            full = self._wrap(full, cwd=cwd, limits=limits, readonly=readonly)
+            popen_cwd = None
+        oom_before = 0
+        if cgroups is not None:
+            cgroups.set_limits(limits.memory_bytes, limits.processes)
+            oom_before = cgroups.oom_kills()
+        fds = cgroups.open_for_join() if cgroups is not None else []
+        try:
+            process = subprocess.Popen(
+                full,
+                cwd=popen_cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=child_setup(limits, fds, uid, drop_here=not sandbox.layers.bwrap),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return ProcessOutcome(
+                returncode=None,
+                timed_out=False,
+                stdout="",
+                stderr="",
+                duration_s=time.monotonic() - started,
+                start_error=f"could not start {argv[0]!r}: {reason}",
+            )
+        finally:
+            if cgroups is not None:
+                cgroups.close_join()
+        assert process.stdout is not None and process.stderr is not None
+        out = Capture(process.stdout, limits.output_bytes)  # type: ignore[arg-type]
+        err = Capture(process.stderr, limits.output_bytes)  # type: ignore[arg-type]
+        timed_out = not wait_exit(process, limits.wall_s)
+        leftovers = self._kill_everything(process.pid, cgroups, uid, token)
+        process.wait()
+        memory_exceeded = cgroups is not None and cgroups.oom_kills() > oom_before
+        returncode = process.returncode
+        if sandbox.layers.bwrap and 128 < returncode <= 128 + 64:
+            # bubblewrap reports a child killed by signal N as exit status 128 + N.
+            returncode = 128 - returncode
+        return ProcessOutcome(
+            returncode=returncode,
+            timed_out=timed_out,
+            stdout=out.text(wait_s=5.0),
+            stderr=err.text(wait_s=5.0),
+            duration_s=time.monotonic() - started,
+            memory_exceeded=memory_exceeded,
+            leftovers_killed=leftovers,
+        )
+
+    def _wrap(
+        self, argv: list[str], *, cwd: Path, limits: ProcessLimits, readonly: Sequence[Path]
+    ) -> list[str]:
+        sandbox = self.sandbox
+        assert sandbox.layers.bwrap is not None
+        command = bwrap_argv(
+            sandbox.layers.bwrap,
+            readonly=[*sandbox.readonly_roots, *readonly],
+            writable=[self.scratch],
+            chdir=cwd,
+            tmp_bytes=limits.file_size_bytes,
+        )
+        if self.slot is not None and sandbox.layers.setpriv:
+            command += [
+                sandbox.layers.setpriv,
+                f"--reuid={self.slot.uid}",
+                f"--regid={self.slot.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        return command + argv
+
+    def _kill_everything(
+        self, pgid: int, cgroups: SlotCgroups | None, uid: int | None, token: str
+    ) -> int:
+        # Killing bubblewrap's process group ends its PID namespace, and with it
+        # everything inside; the cgroup and uid sweeps catch anything else.
+        kill_group(pgid)
+        if cgroups is not None and cgroups.kill_all() and cgroups.wait_empty():
+            return 0
+        if uid is not None:
+            return sweep(lambda: processes_of(uid))
+        if not self.sandbox.layers.bwrap:
+            return sweep(lambda: carrying_token(token))
+        return 0
+
+
+class Sandbox:
+    """The sandbox of this worker process, set up from its settings and the machine's layers."""
+
+    def __init__(self, settings: ChalkSettings, layers: SandboxLayers | None = None) -> None:
+        self.settings = settings
+        self.layers = layers or detect_layers(settings.sandbox_tune_cgroups)
+        self.layers.require(settings.sandbox_require)
+        self.readonly_roots = [*python_paths(), *(Path(p) for p in settings.sandbox_paths)]
+        self.pool: SlotPool | None = None
+        if "user" in self.layers.available:
+            self.pool = SlotPool(
+                Path(settings.sandbox_lock_dir), settings.sandbox_uid_base, settings.sandbox_slots
+            )
+        self._cgroups: dict[int, SlotCgroups] = {}
+        self._lock = threading.Lock()
+        self._can_mount = self.layers.root
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Remove the slot cgroups this process made (they are empty between runs)."""
+        with self._lock:
+            for cgroups in self._cgroups.values():
+                cgroups.remove()
+            self._cgroups.clear()
+
+    def cgroups_for(self, slot: Slot) -> SlotCgroups | None:
+        """The slot's cgroups, made on first use and kept."""
+        support = self.layers.cgroups
+        if not (support.kill or support.memory or support.pids):
+            return None
+        with self._lock:
+            if slot.number not in self._cgroups:
+                self._cgroups[slot.number] = SlotCgroups(support, slot.name)
+            return self._cgroups[slot.number]
+
+    @contextlib.contextmanager
+    def session(self, parent: Path, scratch_bytes: int) -> Iterator[SandboxSession]:
+        """A slot and a fresh scratch folder inside ``parent``, both released on exit."""
+        scratch = Path(tempfile.mkdtemp(prefix="judge-", dir=parent))
+        with contextlib.ExitStack() as stack:
+            slot = stack.enter_context(self.pool.claim()) if self.pool else None
+            mounted = self._mount_scratch(scratch, scratch_bytes)
+            try:
+                session = SandboxSession(self, scratch, slot)
+                for folder in (session.home, session.output_dir):
+                    folder.mkdir()
+                    if slot is not None:
+                        os.chown(folder, slot.uid, slot.gid)
+                if slot is not None:
+                    os.chmod(scratch, 0o755)
+                    if not self.layers.bwrap:
+                        os.chmod(parent, 0o711)  # the slot user must reach the submission
+                yield session
+            finally:
+                if mounted:
+                    _umount(scratch)
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def _mount_scratch(self, scratch: Path, size: int) -> bool:
+        if not self._can_mount:
+            return False
+        libc = ctypes.CDLL(None, use_errno=True)
+        options = f"size={size},mode=0755".encode()
+        if libc.mount(b"chalk", str(scratch).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options):
+            self._can_mount = False
+            log.warning(
+                "could not mount a tmpfs for a script's scratch space (%s): its writes are "
+                "capped per file only",
+                os.strerror(ctypes.get_errno()),
+            )
+            return False
+        return True
+
+
+def _umount(path: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(str(path).encode(), _MNT_DETACH):
+        log.warning("could not unmount %s: %s", path, os.strerror(ctypes.get_errno()))
+
+
+_sandboxes: dict[tuple[int, str], Sandbox] = {}
+_sandboxes_lock = threading.Lock()
+
+
+def get_sandbox(settings: ChalkSettings) -> Sandbox:
+    """This process's sandbox for these settings (made once, after any fork)."""
+    key = (os.getpid(), settings.model_dump_json())
+    with _sandboxes_lock:
+        if key not in _sandboxes:
+            _sandboxes[key] = Sandbox(settings)
+        return _sandboxes[key]

@@ -1,0 +1,95 @@
+"""Sandbox slots: one unprivileged uid per concurrently running script, machine-wide.
+
+Per-uid limits (``RLIMIT_NPROC``) and the "kill everything of this uid" sweep
+only hold if no two running scripts share a uid, also across worker processes
+on one machine. A slot is claimed with an exclusive ``flock`` on a file named
+after it; the kernel releases it if the worker dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from chalk_client.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A claimed slot: its number and the uid/gid its scripts run as."""
+
+    number: int
+    uid: int
+    gid: int
+
+    @property
+    def name(self) -> str:
+        """The slot's name, used for its cgroups."""
+        return f"slot-{self.number}"
+
+
+class SlotPool:
+    """Hands out slots ``0 .. count-1`` with uids from ``uid_base``."""
+
+    def __init__(self, lock_dir: Path, uid_base: int, count: int) -> None:
+        self.lock_dir = lock_dir
+        self.uid_base = uid_base
+        self.count = count
+        self._local = threading.Lock()
+        self._next = 0
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def claim(self, wait_s: float = 60.0) -> Iterator[Slot]:
+        """Hold a free slot for the duration of the ``with`` block."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._local:
+                start = self._next
+                self._next = (self._next + 1) % self.count
+            for offset in range(self.count):
+                number = (start + offset) % self.count
+                fd = os.open(self.lock_dir / f"slot-{number}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    uid = self.uid_base + number
+                    yield Slot(number=number, uid=uid, gid=uid)
+                finally:
+                    os.close(fd)  # closing the descriptor releases the lock
+                return
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"all {self.count} sandbox slots are busy; raise CHALK_SANDBOX_SLOTS or run "
+                    "fewer concurrent scripts per machine"
+                )
+            time.sleep(0.01)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Every process whose real uid is ``uid``.
+
+    Read from ``/proc/<pid>/status``, not the folder's owner: a process that made
+    itself non-dumpable shows its ``/proc`` folder as root's.
+    """
+    found = []
+    marker = f"\t{uid}\t"
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{entry.name}/status") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    if line[4:].startswith(marker):
+                        found.append(int(entry.name))
+                    break
+    return found

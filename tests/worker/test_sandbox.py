@@ -1,0 +1,362 @@
+"""The sandbox against hostile scripts: each case is contained, and the next job still scores.
+
+Every hostile job runs through the real ``chalk score`` command in a process
+placed in a test-level cgroup with memory and process caps, so a regression in
+the sandbox cannot take the machine down. The slot cgroups the worker makes go
+below that cap. Each run also scores a well-behaved job beside the hostile one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chalk_client import JobResult, JobStatus, ScoringJob, Submission
+from chalk_client.judges import ExecutableJudge
+from chalk_worker.sandbox import SandboxLayers, detect_layers
+from chalk_worker.sandbox.cgroups import CgroupSupport, own_cgroup
+
+LAYERS = detect_layers()
+FULL = {"user", "namespaces", "network", "memory", "pids"} <= set(LAYERS.available)
+needs_full_sandbox = pytest.mark.skipif(
+    not FULL and os.environ.get("CI") != "true",
+    reason="needs root, bubblewrap and writable cgroups (CI has them)",
+)
+GOOD = ScoringJob(
+    id="good",
+    judge=ExecutableJudge(
+        ["{python}", "-m", "tasks.example_task.scoring_script", "{submission}", "score.txt"]
+    ),
+    submission=Submission.from_files({"answer.txt": "3.12.11"}),
+)
+
+
+@pytest.fixture(scope="module")
+def test_cap() -> Iterator[list[Path]]:
+    """Cgroups (memory 3 GiB, 2,048 processes) around every worker these tests start."""
+    folders = []
+    name = f"chalk-tests-{os.getpid()}"
+    for controller, limit_file, limit in (
+        ("memory", "memory.limit_in_bytes", str(3 << 30)),
+        ("pids", "pids.max", "2048"),
+    ):
+        base = Path("/sys/fs/cgroup") / controller / own_cgroup(controller).lstrip("/")
+        folder = base / name
+        with contextlib.suppress(OSError):
+            folder.mkdir(exist_ok=True)
+            (folder / limit_file).write_text(limit)
+            folders.append(folder)
+    yield folders
+    for folder in folders:
+        for child in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)):
+            if child.is_dir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def score_capped(
+    jobs: list[ScoringJob], cap: list[Path], tmp_path: Path, **env: str
+) -> dict[str, JobResult]:
+    """Score ``jobs`` with ``chalk score`` in a worker process inside the test cap."""
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text("".join(job.model_dump_json() + "\n" for job in jobs))
+    fds = [os.open(folder / "cgroup.procs", os.O_WRONLY) for folder in cap]
+
+    def join() -> None:
+        for fd in fds:
+            os.write(fd, str(os.getpid()).encode())
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CHALK_")}
+    environment.update({"CHALK_SANDBOX_PATHS": str(tmp_path), **env})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "chalk_client.cli", "score", str(rollouts)],
+            capture_output=True,
+            text=True,
+            env=environment,
+            preexec_fn=join,
+            timeout=240,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    results = [JobResult.model_validate_json(line) for line in done.stdout.splitlines()]
+    assert len(results) == len(jobs), done.stderr
+    return {result.job_id: result for result in results}
+
+
+def hostile(
+    tmp_path: Path, body: str, *, timeout_s: float = 20, **limits: int | float
+) -> ScoringJob:
+    """A job whose scoring script is ``body``; ``write(obj)`` writes its output file."""
+    tmp_path.chmod(0o755)
+    path = tmp_path / f"hostile_{time.monotonic_ns()}.py"
+    prelude = "import json, os, sys\ndef write(o):\n    open(sys.argv[-1], 'w').write(json.dumps(o))\n"
+    path.write_text(prelude + textwrap.dedent(body))
+    path.chmod(0o644)
+    return ScoringJob(
+        id="hostile",
+        judge=ExecutableJudge(["{python}", str(path), "out.json"], timeout_s=timeout_s),
+        submission=Submission.from_files({"answer.txt": "student work"}),
+        limits=limits or None,
+    )
+
+
+def survivors(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if marker.encode() in cmdline.read():
+                    found.append(int(entry))
+    return found
+
+
+def assert_contained(results: dict[str, JobResult], marker: str | None = None) -> JobResult:
+    """The good job scored normally; nothing the hostile one started is alive."""
+    assert results["good"].status is JobStatus.SUCCEEDED and results["good"].score == 1.0
+    if marker is not None:
+        deadline = time.monotonic() + 5
+        while survivors(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not survivors(marker)
+    return results["hostile"]
+
+
+pytestmark = [needs_full_sandbox, pytest.mark.slow]
+
+
+def test_probe_reports_every_layer_on_this_machine():
+    report = "\n".join(LAYERS.report())
+    for layer in ("user", "namespaces", "network", "memory", "pids", "kill", "rlimits"):
+        assert f"sandbox layer {layer}: on" in report
+
+
+def test_escapes_with_setsid_and_double_fork_are_killed(test_cap, tmp_path):
+    marker = f"999.{time.monotonic_ns() % 10**9}"
+    job = hostile(
+        tmp_path,
+        f"""
+        import subprocess
+        subprocess.Popen(["setsid", "sleep", "{marker}"])
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("sleep", ["sleep", "{marker}"])
+            os._exit(0)
+        write({{"score": 1, "metadata": {{}}}})
+        """,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path), marker)
+    assert result.score == 1.0
+
+
+def test_fork_bomb_hits_the_process_cap(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        import time
+        forks = 0
+        for _ in range(500):
+            try:
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                forks += 1
+            except OSError:
+                break
+        write({"score": 1, "metadata": {"forks": forks}})
+        """,
+        processes=64,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert result.status is JobStatus.SUCCEEDED
+    assert 0 < int(result.scoring.metadata["forks"]) < 64
+    assert not survivors(str(job.judge.command[1]))
+
+
+def test_memory_hog_is_killed_at_its_limit(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        hoard = []
+        while True:
+            hoard.append(bytearray(16 * 1024 * 1024))
+        """,
+        memory_mb=192,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert result.score == 0.0 and not result.scoring.continue_task
+    assert "ran out of memory (limit 192 MiB)" in result.scoring.metadata["error"]
+
+
+def test_spinning_forever_is_timed_out(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        if os.fork() == 0:
+            while True:
+                pass
+        while True:
+            pass
+        """,
+        timeout_s=2,
+    )
+    started = time.monotonic()
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert time.monotonic() - started < 60
+    assert "timed out" in result.scoring.metadata["error"]
+    assert not survivors(str(job.judge.command[1]))
+
+
+def test_secrets_cannot_be_read_from_proc(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        seen = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                for name in ("environ", "cmdline"):
+                    try:
+                        seen.append(open(f"/proc/{pid}/{name}", "rb").read().decode("latin-1"))
+                    except OSError:
+                        pass
+        seen.append(json.dumps(dict(os.environ)))
+        found = any("sk-chalk-test-secret" in text for text in seen)
+        write({"score": 0 if found else 1, "metadata": {"pids": len(os.listdir("/proc"))}})
+        """,
+    )
+    results = score_capped(
+        [job, GOOD],
+        test_cap,
+        tmp_path,
+        OPENAI_API_KEY="sk-chalk-test-secret",
+        CHALK_RUBRIC_MODEL="sk-chalk-test-secret",
+    )
+    result = assert_contained(results)
+    assert result.score == 1.0, "a sandboxed script read the worker's API key"
+    assert "sk-chalk-test-secret" not in result.model_dump_json()
+
+
+def test_no_network_not_even_loopback(test_cap, tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    job = hostile(
+        tmp_path,
+        f"""
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", {port}), timeout=3)
+            reached = "yes"
+        except OSError as exc:
+            reached = "no: " + str(exc)
+        write({{"score": 1, "metadata": {{"reached": reached}}}})
+        """,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert result.scoring.metadata["reached"].startswith("no")
+    with pytest.raises(TimeoutError):
+        listener.accept()
+    listener.close()
+
+
+def test_writing_4_gib_is_stopped(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        chunk = b"x" * (1 << 20)
+        with open(os.path.join(os.environ["HOME"], "big"), "wb") as f:
+            for _ in range(4096):
+                f.write(chunk)
+        write({"score": 1, "metadata": {}})
+        """,
+    )
+    started = time.monotonic()
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert time.monotonic() - started < 60
+    assert result.score == 0.0 and not result.scoring.continue_task
+
+
+def test_printing_200_mb_keeps_64_kib(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        chunk = b"y" * (1 << 20)
+        for _ in range(200):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        write({"score": 1, "metadata": {}})
+        """,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    stdout = result.scoring.metadata["stdout"]
+    assert result.score == 1.0
+    assert stdout.startswith("y" * 65536) and len(stdout) < 65536 + 200
+    assert f"{200 * (1 << 20) - 65536} more bytes not kept" in stdout
+
+
+def test_the_host_is_out_of_sight_and_the_submission_read_only(test_cap, tmp_path):
+    job = hostile(
+        tmp_path,
+        """
+        facts = {"uid": os.getuid(), "groups": os.getgroups()}
+        for path in ("/etc/shadow", "/root/.bash_history"):
+            try:
+                open(path).read()
+                facts[path] = "read"
+            except OSError as exc:
+                facts[path] = type(exc).__name__
+        facts["root"] = sorted(os.listdir("/root")) if os.path.isdir("/root") else []
+        answer = sys.argv[1] if len(sys.argv) > 2 else None
+        try:
+            open(os.environ["SUBMISSION"], "a").write("tampered")
+            facts["submission"] = "written"
+        except OSError as exc:
+            facts["submission"] = type(exc).__name__
+        write({"score": 1, "metadata": facts})
+        """,
+    )
+    # Hand the script the submission's path through its environment-free argv.
+    job.judge.command.insert(2, "{submission}")
+    script = Path(job.judge.command[1])
+    script.write_text(
+        script.read_text().replace('os.environ["SUBMISSION"]', "sys.argv[1]"), encoding="utf-8"
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    facts = result.scoring.metadata
+    assert int(facts["uid"]) >= 61000 and facts["groups"] == "[]"
+    assert facts["/etc/shadow"] == "PermissionError"
+    assert facts["/root/.bash_history"] in ("FileNotFoundError", "PermissionError")
+    assert facts["root"] in ("[]", '[".pyenv"]')
+    assert facts["submission"] in ("OSError", "PermissionError")
+
+
+def test_strict_mode_refuses_a_machine_without_required_layers():
+    from chalk_client import ChalkSettings
+    from chalk_client.errors import ConfigurationError
+    from chalk_worker.sandbox import Sandbox
+
+    bare = SandboxLayers(
+        root=False, bwrap=None, setpriv=None, cgroups=CgroupSupport(None, None, None)
+    )
+    with pytest.raises(ConfigurationError, match="namespaces"):
+        Sandbox(ChalkSettings(sandbox_require=["namespaces"]), layers=bare)
+    with pytest.raises(ConfigurationError, match="unknown sandbox layer"):
+        Sandbox(ChalkSettings(sandbox_require=["moat"]), layers=bare)
+    assert "memory" in bare.missing and "kill" in bare.missing
+    json.dumps(bare.report())
