@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bz2
-import io
 import lzma
 import os
 import random
@@ -12,83 +11,17 @@ import tarfile
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import archives
 import pytest
+from archives import GIB, build, header, member, pax, tar
 
 from chalk_client.errors import StudentMisbehaviorError
 from chalk_worker.sandbox.collect import unpack_submission
 
 LIMITS = {"max_bytes": 256 * 1024 * 1024, "max_entries": 10_000, "max_depth": 32}
-GIB = 1 << 30
-
-
-def header(
-    name: bytes,
-    *,
-    kind: bytes = b"0",
-    size: int = 0,
-    mode: int = 0o644,
-    linkname: bytes = b"",
-    size_field: bytes | None = None,
-    extra: dict[int, bytes] | None = None,
-) -> bytes:
-    """One ustar header block, built by hand so it can say things tarfile would not write."""
-    block = bytearray(512)
-    block[0 : len(name)] = name
-    block[100:108] = b"%07o\0" % mode
-    block[108:124] = b"0000000\0" * 2
-    block[124:136] = size_field if size_field is not None else b"%011o\0" % size
-    block[136:148] = b"%011o\0" % 1_700_000_000
-    block[156:157] = kind
-    block[157 : 157 + len(linkname)] = linkname
-    block[257:265] = b"ustar\x0000"
-    for offset, value in (extra or {}).items():
-        block[offset : offset + len(value)] = value
-    block[148:156] = b" " * 8
-    block[148:156] = b"%06o\0 " % sum(block)
-    return bytes(block)
-
-
-def member(name: bytes, data: bytes = b"", **fields: Any) -> bytes:
-    """A header, its data and the padding to the next block."""
-    return header(name, size=len(data), **fields) + data + bytes(-len(data) % 512)
-
-
-def tar(*members: bytes) -> bytes:
-    """Members followed by the end-of-archive marker."""
-    return b"".join(members) + bytes(1024)
-
-
-def pax(**records: str) -> bytes:
-    """The payload of a PAX extended header ("%d key=value\\n", the length counting itself)."""
-    out = b""
-    for key, value in records.items():
-        body = f" {key.replace('__', '.')}={value}\n".encode()
-        length = len(body) + 1
-        while len(str(length).encode()) + len(body) != length:
-            length += 1
-        out += str(length).encode() + body
-    return out
-
-
-def build(
-    files: Mapping[str, tuple[bytes | None, int]], mode: Any = "w:gz", **options: Any
-) -> bytes:
-    """An archive written by tarfile: ``name -> (data, mode)``, data None for a folder."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode, **options) as archive:
-        for name, (data, file_mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.mode = file_mode
-            if data is None:
-                info.type = tarfile.DIRTYPE
-            else:
-                info.size = len(data)
-            archive.addfile(info, io.BytesIO(data or b""))
-    return buffer.getvalue()
 
 
 @pytest.fixture
@@ -221,13 +154,8 @@ def test_special_files_are_misbehaviour(dest: Path, kind: bytes, what: str) -> N
 
 @pytest.fixture(scope="module")
 def gzip_bomb() -> bytes:
-    """A 1 GiB file of zeros in a gzip tar, streamed through zlib: about 1 MB compressed."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-    pieces = [compressor.compress(header(b"zeros.bin", size=GIB))]
-    zeros = bytes(1 << 20)
-    pieces += [compressor.compress(zeros) for _ in range(GIB // len(zeros))]
-    pieces += [compressor.compress(bytes(1024)), compressor.flush()]
-    return b"".join(pieces)
+    """A 1 GiB file of zeros in a gzip tar: about 1 MB compressed."""
+    return archives.gzip_bomb()
 
 
 def test_gzip_bomb_is_refused_quickly_in_little_memory(
@@ -309,10 +237,7 @@ def test_pax_sparse_member_is_misbehaviour(dest: Path) -> None:
 
 
 def test_hundred_thousand_tiny_files_are_refused_at_max_entries(dest: Path) -> None:
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
-    body = b"x".ljust(512, b"\0")
-    pieces = [compressor.compress(header(b"f%06d" % i, size=1) + body) for i in range(100_000)]
-    archive = b"".join([*pieces, compressor.compress(bytes(1024)), compressor.flush()])
+    archive = archives.many_tiny_files(100_000)
     started = time.perf_counter()
     refuse(archive, dest, "more than 10000 entries")
     assert time.perf_counter() - started < 5

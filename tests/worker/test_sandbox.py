@@ -14,11 +14,13 @@ import os
 import socket
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import archives
 import pytest
 
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission
@@ -103,7 +105,9 @@ def hostile(
     """A job whose scoring script is ``body``; ``write(obj)`` writes its output file."""
     tmp_path.chmod(0o755)
     path = tmp_path / f"hostile_{time.monotonic_ns()}.py"
-    prelude = "import json, os, sys\ndef write(o):\n    open(sys.argv[-1], 'w').write(json.dumps(o))\n"
+    prelude = (
+        "import json, os, sys\ndef write(o):\n    open(sys.argv[-1], 'w').write(json.dumps(o))\n"
+    )
     path.write_text(prelude + textwrap.dedent(body))
     path.chmod(0o644)
     return ScoringJob(
@@ -124,7 +128,7 @@ def survivors(marker: str) -> list[int]:
     return found
 
 
-def assert_contained(results: dict[str, JobResult], marker: str | None = None) -> JobResult:
+def assert_contained(results: dict[str, JobResult], marker: str | None = None) -> JobResult | None:
     """The good job scored normally; nothing the hostile one started is alive."""
     assert results["good"].status is JobStatus.SUCCEEDED and results["good"].score == 1.0
     if marker is not None:
@@ -132,7 +136,7 @@ def assert_contained(results: dict[str, JobResult], marker: str | None = None) -
         while survivors(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not survivors(marker)
-    return results["hostile"]
+    return results.get("hostile")
 
 
 pytestmark = [needs_full_sandbox, pytest.mark.slow]
@@ -360,3 +364,55 @@ def test_strict_mode_refuses_a_machine_without_required_layers():
         Sandbox(ChalkSettings(sandbox_require=["moat"]), layers=bare)
     assert "memory" in bare.missing and "kill" in bare.missing
     json.dumps(bare.report())
+
+
+def hostile_archives() -> dict[str, bytes]:
+    """Each archive of the corpus, by what it tries."""
+    ten_gib = b"\x80" + (10 * archives.GIB).to_bytes(11, "big")
+    two_gib = b"\x80" + (2 * archives.GIB).to_bytes(11, "big")
+    sparse_map = {386: b"\x80" + (10 * archives.GIB - 512).to_bytes(11, "big")}
+    return {
+        "absolute": archives.tar(archives.member(b"/etc/cron.d/evil", b"x")),
+        "dotdot": archives.tar(archives.member(b"../../evil", b"x")),
+        "symlink": archives.tar(archives.header(b"answer.txt", kind=b"2", linkname=b"/etc/shadow")),
+        "hardlink": archives.tar(
+            archives.header(b"answer.txt", kind=b"1", linkname=b"/etc/shadow")
+        ),
+        "fifo": archives.tar(archives.header(b"answer.txt", kind=b"6")),
+        "device": archives.tar(archives.header(b"answer.txt", kind=b"3")),
+        "gzip-bomb": archives.gzip_bomb(),
+        "long-name": archives.header(b"././@LongLink", kind=b"L", size_field=two_gib) + bytes(4096),
+        "sparse": archives.tar(
+            archives.member(b"s.bin", b"x" * 512, kind=b"S", extra={483: ten_gib, **sparse_map})
+        ),
+        "many-files": archives.many_tiny_files(100_000),
+        "deep": archives.build(
+            {"d/" * depth: (None, 0o755) for depth in range(1, 2001)}, format=tarfile.PAX_FORMAT
+        ),
+        "not-an-archive": b"this is not a tar archive at all" * 100,
+    }
+
+
+def test_hostile_archives_score_zero_and_the_worker_goes_on(test_cap, tmp_path):
+    setuid = archives.tar(archives.member(b"answer.txt", b"3.12.11", mode=0o6755))
+    jobs = [
+        ScoringJob(
+            id=name,
+            judge=GOOD.judge,
+            submission=Submission.from_tar(archive),
+            submission_paths=["answer.txt"],
+        )
+        for name, archive in hostile_archives().items()
+    ]
+    jobs.append(GOOD.model_copy(update={"id": "setuid", "submission": Submission.from_tar(setuid)}))
+    results = score_capped([*jobs, GOOD], test_cap, tmp_path)
+    assert_contained(results)
+    for name in hostile_archives():
+        result = results[name]
+        assert result.status is JobStatus.SUCCEEDED, (name, result.error)
+        assert result.score == 0.0 and not result.scoring.continue_task, name
+        assert result.scoring.metadata["misbehavior"], name
+    # Set-uid bits are dropped, not refused: the file is graded like any other.
+    assert results["setuid"].score == 1.0
+    assert not Path("/etc/cron.d/evil").exists()
+    assert not (tmp_path.parent.parent / "evil").exists()
