@@ -105,6 +105,8 @@ class ChalkSettings(BaseSettings):
     """Sandbox layers the worker refuses to run without (comma-separated, or ``all``)."""
     sandbox_paths: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Extra host folders scripts may read (read-only, same path), e.g. grading data."""
+    sandbox_named_paths: bool = True
+    """Show scripts, read-only, the absolute host paths a job's command and ``cwd`` name."""
     sandbox_uid_base: int = Field(default=61000, ge=1000)
     """First uid of the sandbox slots; slot ``n`` runs as uid ``base + n``."""
     sandbox_slots: int = Field(default=256, ge=1)

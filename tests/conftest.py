@@ -24,14 +24,11 @@ def score() -> Callable[..., JobResult]:
 
 
 @pytest.fixture
-def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], str]:
+def script(tmp_path: Path) -> Callable[[str], str]:
     """Write a Python scoring script to a file and return its path.
 
-    The folder is shown read-only to sandboxed scripts (``CHALK_SANDBOX_PATHS``),
-    as an operator would for grading code kept outside ``tasks/``.
+    Named in a command, the file is shown read-only to the sandboxed script.
     """
-    tmp_path.chmod(0o755)
-    monkeypatch.setenv("CHALK_SANDBOX_PATHS", str(tmp_path))
     count = 0
 
     def write(body: str) -> str:

@@ -18,7 +18,7 @@ from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.sandbox.bwrap import import_roots
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.session import get_sandbox
+from chalk_worker.sandbox.session import SandboxSession, get_sandbox
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
@@ -127,6 +127,22 @@ def _verdict(
     )
 
 
+def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -> list[Path]:
+    """Absolute host paths the job's command names (its script, a data folder, ``cwd``).
+
+    The job's author chose them, not the student, so they are shown read-only;
+    their own permissions still apply to the slot user.
+    """
+    named: list[Path] = []
+    for word in words:
+        if not word.startswith("/"):
+            continue
+        path = Path(word)
+        if path.exists() and not session.visible(path, [*shown, *named]):
+            named.append(path)
+    return named
+
+
 def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
     """Run the script in a sandbox session and read its verdict (blocking)."""
     limits = ProcessLimits(
@@ -144,11 +160,20 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         readonly = [context.submission_dir]
         if not cwd.is_dir():
             return Scoring.fail("error", f"the working directory {cwd} does not exist")
+        if context.settings.sandbox_named_paths:
+            readonly += _named_paths([*argv[:-1], str(cwd)], session, readonly)
         if not session.visible(cwd, readonly):
             return Scoring.fail(
                 "error",
                 f"the working directory {cwd} is not visible inside the sandbox; use a folder "
                 "under {submission_dir} or one listed in CHALK_SANDBOX_PATHS",
+            )
+        if session.slot is not None and cwd.stat().st_mode & 0o005 != 0o005:
+            return Scoring.fail(
+                "error",
+                f"the working directory {cwd} is closed to other users (mode "
+                f"{cwd.stat().st_mode & 0o777:o}) and scripts run as an unprivileged user; "
+                "make it readable and searchable by others (chmod o+rx)",
             )
         env = _script_env(session.home, isolated=sandbox.layers.bwrap is not None)
         outcome = session.run(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)

@@ -143,6 +143,10 @@ def test_continue_threshold(score, script, value, threshold, continues):
 
 def test_cwd_sets_the_working_directory(score, script, tmp_path):
     body = 'import os; write({"score": 1, "metadata": {"cwd": os.getcwd()}})'
+    tmp_path.chmod(0o700)
+    closed = run_script(score, script, body, cwd=str(tmp_path))
+    assert closed.scoring.score == 0 and "chmod o+rx" in closed.scoring.metadata["error"]
+    tmp_path.chmod(0o755)  # scripts run as an unprivileged user: the folder must let them in
     result = run_script(score, script, body, cwd=str(tmp_path))
     assert result.scoring.metadata["cwd"] == str(tmp_path)
     missing = run_script(score, script, body, cwd=str(tmp_path / "nope"))
