@@ -9,8 +9,12 @@ The tree::
     ├── JudgeError                 the system could not score: the job is `failed`
     │   ├── UnknownJudgeError
     │   ├── CommandRefusedError
+    │   ├── ContextError           a rubric context could not be rendered
     │   └── RubricUnavailableError
+    │       ├── LLMUnavailableError    the LLM server failed every retry or the deadline passed
+    │       └── NoVerdictError         a reply was neither YES nor NO, even when asked again
     └── QueueError
+        ├── QueueUnavailableError  Redis or the broker cannot be reached
         └── ResultTimeout          (also a TimeoutError)
 
 A judge's verdict is never an exception: zeros and misbehaviour are results
@@ -52,12 +56,28 @@ class CommandRefusedError(JudgeError):
     """Raised when an executable judge's command is not allowed by the operator's policy."""
 
 
+class ContextError(JudgeError):
+    """Raised when a rubric context cannot be rendered (a path outside the submission, a bug)."""
+
+
 class RubricUnavailableError(JudgeError):
-    """Raised when a rubric cannot be graded (no LLM evaluator, or no verdict after retries)."""
+    """Raised when a rubric cannot be graded: the job ends ``failed``, never with a guess."""
+
+
+class LLMUnavailableError(RubricUnavailableError):
+    """Raised when the LLM server cannot be reached, refuses, or misses the deadline."""
+
+
+class NoVerdictError(RubricUnavailableError):
+    """Raised when the LLM's reply to a criterion is neither YES nor NO, even when asked again."""
 
 
 class QueueError(ChalkError):
     """Raised when the queue or result store cannot do what was asked."""
+
+
+class QueueUnavailableError(QueueError):
+    """Raised when the cluster's Redis (or its broker) cannot be reached."""
 
 
 class ResultTimeout(QueueError, TimeoutError):

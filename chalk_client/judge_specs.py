@@ -239,11 +239,15 @@ class FileContext(_ContextBase):
     """Shows the LLM the content of saved submission files.
 
     Paths are relative to the submission (``{submission}`` and
-    ``{submission_dir}`` work too). Long files are cut with a visible marker.
+    ``{submission_dir}`` work too). Long files are cut with a visible marker; a
+    missing file is shown as missing; a file that resolves outside the
+    submission folder (through a link) is the student's misbehaviour.
     """
 
     type: Literal["file"] = "file"
     paths: list[str]
+    max_bytes: int = Field(default=100_000, gt=0)
+    """Bytes shown per file; the rest is cut with a visible marker."""
 
     def __init__(self, paths: list[str] | str | None = None, /, **data: Any) -> None:
         if paths is not None:
@@ -252,9 +256,13 @@ class FileContext(_ContextBase):
 
 
 class TranscriptContext(_ContextBase):
-    """Shows the LLM the conversation, rendered readably."""
+    """Shows the LLM the conversation, rendered readably, tool calls and results included."""
 
     type: Literal["transcript"] = "transcript"
+    include_reasoning: bool = False
+    """Whether the student's private reasoning blocks are shown too."""
+    max_chars: int = Field(default=200_000, gt=0)
+    """Characters shown; a longer transcript loses its middle, with a visible marker."""
 
 
 class FinalMessageContext(_ContextBase):
@@ -312,6 +320,8 @@ class RubricJudge(_JudgeBase):
     context: list[ContextSpec] = Field(default_factory=list)
     model: str | None = None
     """The model to ask; ``None`` takes ``CHALK_RUBRIC_MODEL``."""
+    continue_threshold: float = -1.0
+    """The task continues when the score is at least this (by default: always)."""
 
 
 class AllJudge(_JudgeBase):

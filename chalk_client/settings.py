@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -71,6 +71,36 @@ class ChalkSettings(BaseSettings):
     """Optional separate Celery broker (e.g. ``amqp://``); results stay in Redis."""
     rubric_model: str = "gpt-4o-mini"
     """The model a rubric judge asks when the judge names none."""
+    llm_base_url: str | None = None
+    """The OpenAI-compatible server rubric judges ask; ``None`` reads ``OPENAI_BASE_URL``."""
+    llm_api_key: SecretStr | None = None
+    """Its API key; ``None`` reads ``OPENAI_API_KEY`` (optional when a base URL is set)."""
+    llm_max_in_flight: int = Field(default=64, ge=1)
+    """LLM requests one worker process has in flight at once, all jobs together."""
+    llm_max_retries: int = Field(default=4, ge=0)
+    """Retries of one request on 429, 5xx, timeouts and connection errors (backoff, jitter)."""
+    llm_request_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds one attempt of one request may take."""
+    llm_requests_per_minute: int = Field(default=0, ge=0)
+    """Requests one worker process may start per minute; 0 means no limit."""
+    rubric_deadline_s: float = Field(default=300.0, gt=0)
+    """Seconds a job may spend in rubric grading, all its rubric judges and retries together."""
+    rubric_verdict_attempts: int = Field(default=2, ge=1)
+    """Times a criterion is asked before a reply that is neither YES nor NO is reported."""
+    rubric_no_verdict: Literal["fail", "unscored"] = "fail"
+    """After those attempts: ``fail`` the job, or record the criterion ``unscored``."""
+    rubric_temperature: float | None = 0.0
+    """Sampling temperature of verdicts; ``none`` sends none (for models that refuse one)."""
+    rubric_cache_entries: int = Field(default=10_000, ge=0)
+    """Verdicts remembered per worker process, so re-grading costs no call; 0 disables."""
+
+    @field_validator("rubric_temperature", mode="before")
+    @classmethod
+    def _no_temperature(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "null"):
+            return None
+        return value
+
     task_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Extra modules to import for custom judges (comma-separated), besides ``tasks.*``."""
     allowed_commands: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -83,6 +113,19 @@ class ChalkSettings(BaseSettings):
     """Where job folders are made; default: the system's temporary folder."""
     embedded_concurrency: int = Field(default=0, ge=0)
     """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
+
+    queue: str = Field(default="chalk", min_length=1)
+    """The Celery queue the cluster's jobs go through."""
+    result_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long results (and batch indexes) are kept in Redis: 7 days."""
+    job_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long job records are kept in Redis: 7 days (a job queued longer is dropped)."""
+    blob_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long a submission archive is kept after its last submission: 7 days."""
+    lease_s: float = Field(default=20.0, gt=0)
+    """A running job's lease; a worker that stops renewing it loses the job to another."""
+    visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
+    """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
 
     wall_s: float = 600.0
     max_wall_s: float = 6 * 3600.0

@@ -24,7 +24,8 @@ from chalk_client.errors import JudgeError, StudentMisbehaviorError
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
-from chalk_worker.judges import JudgeContext, evaluate
+from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
+from chalk_worker.llm import close_llm_clients
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
 
@@ -73,6 +74,7 @@ async def _score_steps(
         return [Scoring.fail("misbehavior", str(exc))], timings
     timings["collect"] = time.perf_counter() - started
     started = time.perf_counter()
+    llm_budget = LLMBudget(settings.rubric_deadline_s)
     steps: list[Scoring] = []
     for step in job.scored_steps():
         context = JudgeContext(
@@ -82,6 +84,7 @@ async def _score_steps(
             job_dir=job_dir,
             limits=limits,
             settings=settings,
+            llm_budget=llm_budget,
         )
         try:
             scoring = await evaluate(step.judge, context)
@@ -167,4 +170,12 @@ def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobR
     Never raises for a job's content: misbehaviour and zeros are ``succeeded``
     results, system problems are ``failed`` results with ``error`` set.
     """
-    return _run(score_job_async(job, settings=settings))
+    return _run(_score_then_close(job, settings))
+
+
+async def _score_then_close(job: ScoringJob, settings: ChalkSettings | None) -> JobResult:
+    # This loop ends with the call: close its LLM connections while it still runs.
+    try:
+        return await score_job_async(job, settings=settings)
+    finally:
+        await close_llm_clients()

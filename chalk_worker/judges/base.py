@@ -26,6 +26,21 @@ class JudgeContext:
     """The job's private folder; evaluators make their temporary folders inside it."""
     limits: ResolvedLimits
     settings: ChalkSettings
+    llm_budget: LLMBudget | None = None
+    """The job's time for LLM grading, shared by its rubric judges (``None``: a fresh one)."""
+
+
+@dataclass
+class LLMBudget:
+    """The seconds a job may spend grading with the LLM, all its rubric judges together."""
+
+    seconds: float
+    spent: float = 0.0
+
+    @property
+    def left(self) -> float:
+        """Seconds still available."""
+        return self.seconds - self.spent
 
 
 Evaluator = Callable[[Any, JudgeContext], Awaitable[Scoring]]

@@ -1,8 +1,9 @@
-"""Regex, always-pass, custom and combined judges, and the rubric's clear refusal."""
+"""Regex, always-pass, custom and combined judges, and a rubric whose server is down."""
 
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 from support import say
@@ -211,7 +212,22 @@ def test_judges_from_task_packages_are_registered(score):
     assert result.scoring.score == 1.0
 
 
-def test_rubric_fails_clearly_until_an_llm_evaluator_exists(score):
+def test_rubric_against_an_unreachable_server_fails_clearly(score, monkeypatch):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("CHALK_LLM_MAX_RETRIES", "0")
     result = score(judge=RubricJudge(rubric=[{"criterion": "is polite", "weight": 1}]))
-    assert result.status is JobStatus.FAILED
-    assert "RubricJudge" in result.error and "not available" in result.error
+    assert result.status is JobStatus.FAILED and result.scoring is None
+    assert f"the LLM server at {url} did not answer" in result.error
+    assert "could not be reached" in result.error
+
+
+def test_a_rubric_after_a_failing_judge_is_never_asked(score, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # would fail if asked
+    judge = RegexJudge(["never said"]) & RubricJudge(rubric=[{"criterion": "is polite"}])
+    result = score(transcript=say("hello"), judge=judge)
+    assert result.status is JobStatus.SUCCEEDED
+    assert result.scoring.metadata == {"unmatched_patterns": "never said"}

@@ -1,0 +1,286 @@
+"""The LLM pool: one place where a worker process talks to its OpenAI-compatible server.
+
+Every rubric request goes through ``LLMPool.complete``, which holds the
+process-wide cap on requests in flight (``CHALK_LLM_MAX_IN_FLIGHT``, all jobs
+and event loops of the process together) and the request-rate limit. The
+``AsyncOpenAI`` client is made lazily, per process (so a Celery worker makes
+it after the fork) and per event loop (an HTTP connection pool belongs to one
+loop), then reused, connections included. Retries with exponential backoff and
+jitter on 429, 5xx, timeouts and connection errors, ``Retry-After`` honoured,
+are the ``openai`` client's own (``CHALK_LLM_MAX_RETRIES``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+from openai.types.chat import ChatCompletion
+
+from chalk_client.errors import LLMUnavailableError
+from chalk_client.settings import ChalkSettings
+
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class LLMServer:
+    """Where rubric requests go and how they are sent: one client per distinct value."""
+
+    base_url: str
+    api_key: str = field(repr=False)
+    max_retries: int
+    timeout_s: float
+
+    @classmethod
+    def from_settings(cls, settings: ChalkSettings) -> LLMServer:
+        """The server the settings name, falling back to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
+        base_url = settings.llm_base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        key = key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if base_url == OPENAI_DEFAULT_URL:
+                raise LLMUnavailableError(
+                    "rubric judges need an LLM: set OPENAI_API_KEY (or CHALK_LLM_API_KEY), or "
+                    "point OPENAI_BASE_URL (or CHALK_LLM_BASE_URL) at an OpenAI-compatible server"
+                )
+            key = "no-key"  # local servers (vLLM without --api-key) accept anything
+        return cls(
+            base_url=base_url.rstrip("/"),
+            api_key=key,
+            max_retries=settings.llm_max_retries,
+            timeout_s=settings.llm_request_timeout_s,
+        )
+
+
+class RateLimiter(Protocol):
+    """Paces the start of requests; a Redis-backed one can share a limit across workers."""
+
+    async def acquire(self) -> None:
+        """Wait until one more request may start."""
+
+
+class MemoryRateLimiter:
+    """Spaces request starts evenly so this process starts at most ``per_minute`` a minute."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    async def acquire(self) -> None:
+        """Wait for this request's turn (no wait when the limit is 0)."""
+        if self.per_minute <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + 60.0 / self.per_minute
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+class ProcessSlots:
+    """A semaphore shared by every event loop and thread of the process.
+
+    ``asyncio.Semaphore`` belongs to one loop; ``score_job`` called from several
+    threads runs several loops, and the cap must hold for all of them.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.in_use = 0
+        self._lock = threading.Lock()
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    def resize(self, size: int) -> None:
+        """Change the cap; requests already in flight finish."""
+        with self._lock:
+            self.size = size
+        self._wake()
+
+    async def acquire(self) -> None:
+        """Wait for a free slot."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.in_use < self.size and not self._waiters:
+                self.in_use += 1
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            with self._lock:
+                queued = (loop, waiter) in self._waiters
+                if queued:
+                    self._waiters.remove((loop, waiter))
+            if not queued and waiter.done() and not waiter.cancelled():
+                self.release()  # granted just as we were cancelled: hand it on
+            raise
+
+    def release(self) -> None:
+        """Free a slot, handing it to the longest waiter."""
+        with self._lock:
+            self.in_use -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while True:
+            with self._lock:
+                if not self._waiters or self.in_use >= self.size:
+                    return
+                loop, waiter = self._waiters.popleft()
+                self.in_use += 1
+            try:
+                loop.call_soon_threadsafe(self._grant, waiter)
+            except RuntimeError:  # that loop is closed: its waiter is gone
+                with self._lock:
+                    self.in_use -= 1
+
+    def _grant(self, waiter: asyncio.Future[None]) -> None:
+        if waiter.done():  # cancelled while the grant was on its way
+            self.release()
+        else:
+            waiter.set_result(None)
+
+
+class LLMPool:
+    """This process's clients, in-flight cap, rate limit and per-server knowledge."""
+
+    def __init__(self, settings: ChalkSettings) -> None:
+        self.pid = os.getpid()
+        self.slots = ProcessSlots(settings.llm_max_in_flight)
+        self.rate_limiter: RateLimiter = MemoryRateLimiter(settings.llm_requests_per_minute)
+        self.last_problem: dict[str, str] = {}
+        """Base URL → the last retryable HTTP error it answered (for deadline messages)."""
+        self._plain_only: set[tuple[str, str]] = set()
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[LLMServer, openai.AsyncOpenAI]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def configure(self, settings: ChalkSettings) -> None:
+        """Apply the settings' cap and rate (they may differ between calls in tests)."""
+        if self.slots.size != settings.llm_max_in_flight:
+            self.slots.resize(settings.llm_max_in_flight)
+        limiter = self.rate_limiter
+        if isinstance(limiter, MemoryRateLimiter):
+            limiter.per_minute = settings.llm_requests_per_minute
+
+    def client(self, server: LLMServer) -> openai.AsyncOpenAI:
+        """The client for ``server`` in the running event loop, made on first use."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            clients = self._clients.setdefault(loop, {})
+            client = clients.get(server)
+            if client is None:
+                client = openai.AsyncOpenAI(
+                    base_url=server.base_url,
+                    api_key=server.api_key,
+                    max_retries=server.max_retries,
+                    timeout=server.timeout_s,
+                    # The SDK's own defaults (1000 connections, 100 kept alive), plus a watcher.
+                    http_client=openai.DefaultAsyncHttpxClient(
+                        event_hooks={"response": [self._watch(server.base_url)]},
+                    ),
+                )
+                clients[server] = client
+        return client
+
+    def _watch(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
+        async def record(response: Any) -> None:  # the SDK's httpx response
+            if response.status_code in (408, 409, 429) or response.status_code >= 500:
+                after = response.headers.get("retry-after")
+                note = f" (Retry-After: {after})" if after else ""
+                self.last_problem[base_url] = f"HTTP {response.status_code}{note}"
+
+        return record
+
+    def plain_only(self, server: LLMServer, model: str) -> bool:
+        """Whether this server refused structured output for this model before."""
+        return (server.base_url, model) in self._plain_only
+
+    def remember_plain_only(self, server: LLMServer, model: str) -> None:
+        """Ask this server for plain YES/NO text from now on."""
+        self._plain_only.add((server.base_url, model))
+
+    async def complete(
+        self, server: LLMServer, *, timeout_s: float, **request: Any
+    ) -> ChatCompletion:
+        """One chat completion, under the cap and the rate limit, with the client's retries.
+
+        The slot is held through the retries and their backoff, so a server in
+        trouble gets fewer requests from this process, not more. Raises the
+        ``openai`` client's errors as they are, for the caller to judge.
+        """
+        await self.rate_limiter.acquire()
+        await self.slots.acquire()
+        try:
+            client = self.client(server)
+            reply: ChatCompletion = await client.chat.completions.create(
+                timeout=timeout_s, **request
+            )
+            return reply
+        finally:
+            self.slots.release()
+
+    async def close(self) -> None:
+        """Close the running loop's clients (before that loop ends)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            clients = self._clients.pop(loop, {})
+        for client in clients.values():
+            await client.close()
+
+
+_pool: LLMPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    # A thread of the parent may have held these locks; the child starts afresh.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def llm_pool(settings: ChalkSettings) -> LLMPool:
+    """This process's pool, made on first use and again after a fork."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = LLMPool(settings)
+        else:
+            _pool.configure(settings)
+        return _pool
+
+
+async def close_llm_clients() -> None:
+    """Close this process's clients of the running loop; call it before the loop ends."""
+    pool = _pool
+    if pool is not None and pool.pid == os.getpid():
+        await pool.close()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What went wrong with a request, in words an operator can act on."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "the request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        detail = f": {type(cause).__name__}: {cause}" if cause else ""
+        return f"the server could not be reached{detail}"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the server answered HTTP {exc.status_code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
