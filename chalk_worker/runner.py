@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 import threading
 import time
 import traceback
@@ -28,9 +27,22 @@ from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
 from chalk_worker.llm import close_llm_clients
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
+from chalk_worker.workdirs import make_job_dir, sweep_stale_job_dirs
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+
+_prepared_pid: int | None = None
+
+
+def _prepare_process(settings: ChalkSettings) -> None:
+    """Once per process: import the task packages, remove job folders of dead workers."""
+    global _prepared_pid
+    load_task_modules(settings)
+    if _prepared_pid != os.getpid():
+        _prepared_pid = os.getpid()
+        sweep_stale_job_dirs(settings)
 
 
 def worker_name() -> str:
@@ -109,11 +121,11 @@ async def score_job_async(
     job = job.with_id()
     assert job.id is not None
     started = time.perf_counter()
-    load_task_modules(settings)
+    _prepare_process(settings)
     steps: list[Scoring] = []
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
-    job_dir = Path(tempfile.mkdtemp(prefix="chalk-job-", dir=settings.work_dir))
+    job_dir = make_job_dir(settings)
     try:
         limits = settings.resolve(job.limits)
         steps, timings = await _score_steps(job, job_dir, limits, settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import tarfile
 
 from support import say
@@ -111,3 +112,21 @@ def test_score_job_works_inside_a_running_event_loop():
 
     inner, outer = asyncio.run(main())
     assert inner.score == outer.score == 1.0
+
+
+def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
+    import subprocess
+
+    from chalk_client import ChalkSettings
+    from chalk_worker.workdirs import sweep_stale_job_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"chalk-job-{dead.pid}-abc"
+    (stale / "submission").mkdir(parents=True)
+    alive = tmp_path / f"chalk-job-{os.getpid()}-xyz"
+    alive.mkdir()
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    assert sweep_stale_job_dirs(ChalkSettings(work_dir=str(tmp_path))) == 1
+    assert not stale.exists() and alive.exists() and other.exists()

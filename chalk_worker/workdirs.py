@@ -1,0 +1,64 @@
+"""Job folders: made per job, named after the process that owns them, swept when it is gone.
+
+A worker killed mid-job (``kill -9``, an OOM kill, a power cut) cannot remove
+its job folder, nor unmount a script's scratch tmpfs inside it. The folder's
+name carries the owner's pid, so the next worker process to start on the
+machine removes folders whose owner no longer runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from chalk_client.settings import ChalkSettings
+
+log = logging.getLogger(__name__)
+
+PREFIX = "chalk-job-"
+_OWNED = re.compile(rf"^{PREFIX}(\d+)-")
+_MNT_DETACH = 2
+
+
+def make_job_dir(settings: ChalkSettings) -> Path:
+    """A fresh private folder for one job, named after this process."""
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=settings.work_dir))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_job_dirs(settings: ChalkSettings) -> int:
+    """Remove job folders (and mounts inside them) left by processes that no longer run."""
+    root = Path(settings.work_dir or tempfile.gettempdir())
+    stale = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            match = _OWNED.match(entry.name)
+            if match and entry.is_dir(follow_symlinks=False) and not _alive(int(match[1])):
+                stale.append(Path(entry.path))
+    if not stale:
+        return 0
+    with contextlib.suppress(OSError):
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        libc = ctypes.CDLL(None, use_errno=True)
+        for point in sorted(mounts, key=len, reverse=True):
+            if any(point.startswith(f"{folder}/") for folder in map(str, stale)):
+                libc.umount2(point.encode(), _MNT_DETACH)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    log.info("removed %d job folder(s) left by worker processes that died", len(stale))
+    return len(stale)
