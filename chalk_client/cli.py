@@ -11,6 +11,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TextIO
 
+from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
 from chalk_client.errors import ChalkError
 from chalk_client.jobs import ScoringJob
 from chalk_client.progress import ProgressBar, Tally
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="score the valid lines even if some are invalid (they are reported)",
     )
+    for name, text in (
+        ("worker", "start a cluster worker (Celery's worker flags pass through)"),
+        ("flower", "start Flower to watch the cluster (Flower's flags pass through)"),
+    ):
+        commands.add_parser(name, help=text, add_help=False)
+    status = commands.add_parser("status", help="state of a job, a batch, or the cluster")
+    status.add_argument("target", nargs="?", help="a job id or batch id (default: the cluster)")
     return parser
 
 
@@ -97,19 +105,16 @@ def _score(args: argparse.Namespace) -> int:
         )
         return 2
     settings = ChalkSettings()
-    if settings.redis_url:
-        print(
-            "chalk score: CHALK_REDIS_URL is set, but cluster mode is not available in this "
-            "version; unset CHALK_REDIS_URL to score here with the embedded queue.",
-            file=sys.stderr,
-        )
-        return 2
     done = scored_ids(args.out) if args.out else set()
     tally = Tally(total=len({job.id for job in jobs} - done))
     bar = ProgressBar(tally)
     context = args.out.open("a", encoding="utf-8") if args.out else nullcontext(sys.stdout)
     with context as out:
-        asyncio.run(_score_embedded(_fresh(jobs, done, tally), out, tally, bar, args.concurrency))
+        if settings.redis_url:
+            score_on_cluster(_fresh(jobs, done, tally), out, tally, bar)
+        else:
+            fresh = _fresh(jobs, done, tally)
+            asyncio.run(_score_embedded(fresh, out, tally, bar, args.concurrency))
     bar.close()
     print(tally.summary(), file=sys.stderr)
     return 1 if tally.failed else 0
@@ -118,10 +123,17 @@ def _score(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``chalk`` command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "worker":
+        return run_worker(argv[1:])
+    if argv and argv[0] == "flower":
+        return run_flower(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "score":
             return _score(args)
+        if args.command == "status":
+            return run_status(args.target)
     except ChalkError as exc:
         print(f"chalk {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _loaded: set[str] = set()
+_scanned = False
+"""Whether ``tasks/`` was scanned already: once per process, not per job."""
 import_failures: dict[str, str] = {}
 """Module name → why it could not be imported."""
 
@@ -38,12 +40,14 @@ def _import(name: str) -> None:
 
 def load_task_modules(settings: ChalkSettings) -> None:
     """Import ``tasks.*`` packages and ``settings.task_modules`` once per process."""
+    global _scanned
     with _lock:
         try:
             import tasks
         except ImportError:
             tasks = None  # type: ignore[assignment]
-        if tasks is not None:
+        if tasks is not None and not _scanned:
+            _scanned = True
             for package in pkgutil.iter_modules(tasks.__path__, prefix="tasks."):
                 if not package.ispkg:
                     continue

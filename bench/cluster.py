@@ -1,0 +1,113 @@
+"""Processes for a benchmark: a private redis-server and workers, always cleaned up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A private redis-server on a free port, without persistence; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def worker(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker process, stopped (and its process group killed) on exit.
+
+    The caller waits for it to be ready by scoring a first job: the warm-up.
+    """
+    log = tempfile.NamedTemporaryFile(prefix="bench-worker-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    except BaseException:
+        print(Path(log.name).read_text()[-4000:], file=sys.stderr)
+        raise
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        os.unlink(log.name)
+
+
+COMMON = ["--loglevel", "WARNING", "--without-mingle", "--without-gossip"]
+
+
+@contextmanager
+def raw_workers(url: str, pool: list[str], count: int = 1) -> Iterator[None]:
+    """``count`` raw Celery baseline workers."""
+    with ExitStack() as stack:
+        for n in range(count):
+            argv = [sys.executable, "-m", "celery", "-A", "bench.raw_app", "worker", *COMMON]
+            argv += [*pool, "-n", f"raw{n}@%h"]
+            stack.enter_context(worker(argv, {"BENCH_REDIS_URL": url}))
+        yield
+
+
+@contextmanager
+def chalk_workers(url: str, pool: list[str], count: int = 1) -> Iterator[None]:
+    """``count`` Chalk workers, as ``chalk worker`` starts them."""
+    with ExitStack() as stack:
+        for n in range(count):
+            argv = [sys.executable, "-m", "chalk_client.cli", "worker", *COMMON]
+            argv += [*pool, "-n", f"chalk{n}@%h"]
+            stack.enter_context(worker(argv, {"CHALK_REDIS_URL": url}))
+        yield

@@ -1,0 +1,315 @@
+"""``ChalkClient``: submit jobs to a Chalk cluster and get their results.
+
+    client = ChalkClient("redis://127.0.0.1:6379/0")
+    result = client.submit_and_wait(job, timeout=60)
+    batch = client.submit_batch(jobs)
+    for result in batch:            # as they finish
+        ...
+    batch.results()                 # in job order
+
+A job id is the idempotency key: the same id submitted twice (by anyone, at
+any time while its result is kept) is scored once, and every caller gets that
+one result. Waiting never polls: the worker that finishes a job pushes its id
+to each waiter's list, on which the waiter blocks.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import TracebackType
+
+from chalk_client.broker import KombuPublisher, redis_message
+from chalk_client.errors import ConfigurationError, QueueError, ResultTimeout
+from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.records import JobLike, PreparedJob, prepare_job
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import JobStore, connect
+from chalk_client.summary import BatchSummary, summarize_jobs
+
+WAIT_SLICE_S = 2.0
+"""Longest single blocking pop: under the client's socket timeout, and Ctrl-C is heard."""
+
+Progress = Callable[[int, int], object]
+"""Called as ``progress(done, total)`` each time a batch's job finishes."""
+
+
+def new_waiter() -> str:
+    """A fresh waiter token: each handle or batch blocks on a list of its own."""
+    return "w-" + uuid.uuid4().hex
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _slice(deadline: float | None) -> float:
+    if deadline is None:
+        return WAIT_SLICE_S
+    return min(WAIT_SLICE_S, deadline - time.monotonic())
+
+
+class _Collector:
+    """The results of some jobs, gathered as the waiter's list announces them."""
+
+    def __init__(self, store: JobStore, waiter: str, job_ids: Iterable[str]) -> None:
+        self.store = store
+        self.waiter = waiter
+        self.pending = dict.fromkeys(job_ids)
+        self.results: dict[str, JobResult] = {}
+
+    def collect(self, timeout: float) -> list[JobResult]:
+        """Results that arrived within ``timeout`` seconds (maybe none)."""
+        announced = dict.fromkeys(self.store.pop_done(self.waiter, timeout))
+        ids = [job_id for job_id in announced if job_id in self.pending]
+        fresh: list[JobResult] = []
+        lost: list[str] = []
+        for job_id, result in zip(ids, self.store.results(ids), strict=True):
+            if result is None:
+                lost.append(job_id)  # a failed result was cleared to score the job again
+                continue
+            del self.pending[job_id]
+            self.results[job_id] = result
+            fresh.append(result)
+        if lost:
+            self.store.watch(lost, self.waiter)
+        return fresh
+
+
+class JobHandle:
+    """One submitted job: wait for its result, or look at it."""
+
+    def __init__(self, store: JobStore, job_id: str, waiter: str) -> None:
+        self.job_id = job_id
+        self._store = store
+        self._collector = _Collector(store, waiter, [job_id])
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """The job's result; raises ``ResultTimeout`` if none comes within ``timeout`` seconds."""
+        deadline = _deadline(timeout)
+        while self.job_id not in self._collector.results:
+            left = _slice(deadline)
+            if left <= 0:
+                raise ResultTimeout(
+                    f"job {self.job_id!r} has no result after {timeout:g} s "
+                    f"(it is {self.status() or 'unknown'}); wait again with "
+                    f"ChalkClient.job({self.job_id!r}).wait(timeout)"
+                )
+            self._collector.collect(left)
+        return self._collector.results[self.job_id]
+
+    def get(self) -> JobResult | None:
+        """The result if the job has finished, else ``None``; does not wait."""
+        return self._collector.results.get(self.job_id) or self._store.results([self.job_id])[0]
+
+    def status(self) -> JobStatus | None:
+        """``queued``, ``running``, ``succeeded``, ``failed``; ``None`` for an unknown job."""
+        result = self.get()
+        if result is not None:
+            return result.status
+        state = self._store.states([self.job_id])[0]
+        if not state.recorded:
+            return None
+        return JobStatus.RUNNING if state.running else JobStatus.QUEUED
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r})"
+
+
+class Batch:
+    """Jobs submitted together: iterate over results as they finish, or wait for all.
+
+    ``job_ids`` keeps the order (and repeats) of the jobs as given; a repeated
+    id is one job with one result. A ``Batch`` is not meant to be shared by threads.
+    """
+
+    def __init__(self, store: JobStore, batch_id: str, job_ids: Sequence[str], waiter: str) -> None:
+        self.id = batch_id
+        self.job_ids = list(job_ids)
+        self._store = store
+        self._collector = _Collector(store, waiter, self.job_ids)
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def __iter__(self) -> Iterator[JobResult]:
+        return self.as_completed()
+
+    @property
+    def total(self) -> int:
+        """Distinct jobs in the batch."""
+        return len(self._collector.pending) + len(self._collector.results)
+
+    @property
+    def done(self) -> int:
+        """Distinct jobs whose result this batch has received."""
+        return len(self._collector.results)
+
+    def as_completed(self, timeout: float | None = None) -> Iterator[JobResult]:
+        """Each job's result once, as it finishes (those already in first).
+
+        Raises ``ResultTimeout`` naming the jobs still unfinished after ``timeout`` seconds.
+        """
+        yield from list(self._collector.results.values())
+        deadline = _deadline(timeout)
+        while self._collector.pending:
+            left = _slice(deadline)
+            if left <= 0:
+                raise self._timeout(timeout)
+            yield from self._collector.collect(left)
+
+    def wait(
+        self, timeout: float | None = None, progress: Progress | None = None
+    ) -> list[JobResult]:
+        """Wait for every job (``progress(done, total)`` as each finishes); results in job order."""
+        for _ in self.as_completed(timeout):
+            if progress is not None:
+                progress(self.done, self.total)
+        return self.results()
+
+    def results(self, timeout: float | None = None) -> list[JobResult]:
+        """Every job's result in the order the jobs were given, waiting for those unfinished."""
+        if self._collector.pending:
+            for _ in self.as_completed(timeout):
+                pass
+        return [self._collector.results[job_id] for job_id in self.job_ids]
+
+    def summary(self) -> BatchSummary:
+        """Counts by status (queued and running included), mean score, failures: as of now."""
+        return summarize_jobs(self._store, self.job_ids, batch_id=self.id)
+
+    def _timeout(self, timeout: float | None) -> ResultTimeout:
+        pending = list(self._collector.pending)
+        shown = ", ".join(repr(i) for i in pending[:5]) + (", ..." if len(pending) > 5 else "")
+        return ResultTimeout(
+            f"batch {self.id}: {len(pending)} of {self.total} jobs have no result after "
+            f"{timeout:g} s ({shown}); wait again with ChalkClient.batch({self.id!r}).wait(timeout)"
+        )
+
+    def __repr__(self) -> str:
+        return f"Batch({self.id!r}, {self.done}/{self.total} done)"
+
+
+class ChalkClient:
+    """Submit jobs to a Chalk cluster (``CHALK_REDIS_URL``) and wait for their results.
+
+    Safe to share between threads (handles and batches are not). Jobs are
+    validated here: an invalid job raises ``InvalidJobError`` and is not sent.
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        broker_url: str | None = None,
+        settings: ChalkSettings | None = None,
+    ) -> None:
+        self.settings = settings or ChalkSettings()
+        url = redis_url or self.settings.redis_url
+        if not url:
+            raise ConfigurationError(
+                "no cluster to submit to: pass ChalkClient(redis_url=...) or set "
+                "CHALK_REDIS_URL (e.g. redis://127.0.0.1:6379/0)"
+            )
+        self.redis_url = url
+        self.store = JobStore(connect(url), self.settings, url)
+        broker = broker_url or self.settings.broker_url
+        self._publisher = (
+            KombuPublisher(broker, self.settings.queue) if broker and broker != url else None
+        )
+
+    def _submit(
+        self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
+    ) -> list[str]:
+        queue = self.settings.queue
+        outcomes = self.store.submit(
+            jobs,
+            waiter=waiter,
+            messages=None if self._publisher else (lambda job_id: redis_message(job_id, queue)),
+            retry_failed=retry_failed,
+            batch_id=batch_id,
+        )
+        if self._publisher is not None:
+            fresh = ("queued", "requeued")
+            self._publisher.publish(
+                job.job_id for job, outcome in zip(jobs, outcomes, strict=True) if outcome in fresh
+            )
+        return outcomes
+
+    def submit(self, job: JobLike, *, retry_failed: bool = False) -> JobHandle:
+        """Send one job; its handle waits for the result.
+
+        A job whose id already has a result is not scored again (``retry_failed``
+        scores it again if that result is ``failed``).
+        """
+        prepared = prepare_job(job)
+        waiter = new_waiter()
+        self._submit([prepared], waiter, retry_failed, None)
+        return JobHandle(self.store, prepared.job_id, waiter)
+
+    def submit_and_wait(
+        self, job: JobLike, timeout: float | None = None, *, retry_failed: bool = False
+    ) -> JobResult:
+        """Send one job and wait for its result; raises ``ResultTimeout`` after ``timeout`` s."""
+        return self.submit(job, retry_failed=retry_failed).wait(timeout)
+
+    def submit_batch(
+        self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
+    ) -> Batch:
+        """Send many jobs in a few pipelined round trips; every job is validated first.
+
+        Raises ``InvalidJobError`` (nothing is sent) if any job is invalid.
+        """
+        prepared = [prepare_job(job) for job in jobs]
+        first: dict[str, PreparedJob] = {}
+        for job in prepared:
+            first.setdefault(job.job_id, job)
+        batch_id = batch_id or "b-" + uuid.uuid4().hex
+        waiter = new_waiter()
+        self._submit(list(first.values()), waiter, retry_failed, batch_id)
+        return Batch(self.store, batch_id, [job.job_id for job in prepared], waiter)
+
+    def get(self, job_id: str) -> JobResult | None:
+        """The job's result, or ``None`` while it has none (or no such job exists)."""
+        return self.store.results([job_id])[0]
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on a job submitted earlier (by anyone); raises ``QueueError`` if unknown."""
+        waiter = new_waiter()
+        if self.store.watch([job_id], waiter) == ["unknown"]:
+            raise QueueError(f"no job {job_id!r} in the cluster (never submitted, or expired)")
+        return JobHandle(self.store, job_id, waiter)
+
+    def batch(self, batch_id: str) -> Batch:
+        """A batch submitted earlier (by anyone), to wait on again; ``QueueError`` if unknown."""
+        ids = self.store.batch_ids(batch_id)
+        if not ids:
+            raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
+        waiter = new_waiter()
+        self.store.watch(list(dict.fromkeys(ids)), waiter)
+        return Batch(self.store, batch_id, ids, waiter)
+
+    def batch_summary(self, batch_id: str) -> BatchSummary:
+        """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""
+        ids = self.store.batch_ids(batch_id)
+        if not ids:
+            raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
+        return summarize_jobs(self.store, ids, batch_id=batch_id)
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.store.redis.close()
+        if self._publisher is not None:
+            self._publisher.close()
+
+    def __enter__(self) -> ChalkClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,142 @@
+"""The cluster commands of ``chalk``: ``worker``, ``flower``, ``status``, ``score`` on a cluster.
+
+``chalk worker`` and ``chalk flower`` become Celery's own commands for the app
+``chalk_worker.app`` (named as a string: the client never imports the worker),
+so every Celery and Flower flag passes through.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import TextIO
+
+from chalk_client.client import ChalkClient
+from chalk_client.jobs import JobStatus, ScoringJob
+from chalk_client.progress import ProgressBar, Tally
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import redacted
+from chalk_client.summary import summarize_jobs
+
+CELERY_APP = "chalk_worker.app"
+WORKER_DEFAULTS: dict[tuple[str, ...], list[str]] = {
+    ("-l", "--loglevel"): ["--loglevel", "INFO"],
+    ("--without-mingle",): ["--without-mingle"],
+    ("--without-gossip",): ["--without-gossip"],
+}
+"""Flags ``chalk worker`` adds unless given: a readable log, and a fast start."""
+RECENT = 5
+
+
+def _given(flags: tuple[str, ...], args: Sequence[str]) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in args for flag in flags)
+
+
+def _need_cluster(command: str) -> bool:
+    if ChalkSettings().redis_url:
+        return True
+    print(
+        f"chalk {command}: set CHALK_REDIS_URL to the cluster's Redis, e.g. "
+        "CHALK_REDIS_URL=redis://127.0.0.1:6379/0",
+        file=sys.stderr,
+    )
+    return False
+
+
+def worker_argv(args: Sequence[str]) -> list[str]:
+    """The Celery command ``chalk worker ARGS`` becomes."""
+    defaults = [
+        flag
+        for names, flags in WORKER_DEFAULTS.items()
+        if not _given(names, args)
+        for flag in flags
+    ]
+    return [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", *defaults, *args]
+
+
+def run_worker(args: Sequence[str]) -> int:
+    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly)."""
+    if not _need_cluster("worker"):
+        return 2
+    argv = worker_argv(args)
+    os.execv(argv[0], argv)
+
+
+def run_flower(args: Sequence[str]) -> int:
+    """Replace this process by Flower, watching the cluster's workers."""
+    if not _need_cluster("flower"):
+        return 2
+    argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "flower", *args]
+    os.execv(argv[0], argv)
+
+
+def _job_status(client: ChalkClient, job_id: str) -> int:
+    handle = client.job(job_id)
+    result = handle.get()
+    if result is None:
+        state = client.store.states([job_id])[0]
+        print(f"job {job_id}: {handle.status()}, {state.attempts} attempt(s) so far")
+        return 0
+    print(f"job {job_id}: {result.status}")
+    if result.status is JobStatus.SUCCEEDED:
+        print(f"  score: {result.score}")
+    else:
+        print(f"  error: {result.error}")
+    print(f"  attempts: {result.attempts}, worker: {result.worker}")
+    print(f"  timings: {result.timings}")
+    return 0
+
+
+def _overview(client: ChalkClient) -> int:
+    settings = client.settings
+    print(f"cluster at {redacted(client.redis_url)}")
+    if not settings.broker_url or settings.broker_url == client.redis_url:
+        print(f"  queued messages ({settings.queue}): {client.store.queue_length()}")
+    print(f"  running jobs: {client.store.running_count()}")
+    batches = client.store.recent_batches(RECENT)
+    if not batches:
+        print("  no batches yet")
+    for batch_id in batches:
+        ids = client.store.batch_ids(batch_id)
+        if ids:  # else expired
+            print(summarize_jobs(client.store, ids, batch_id).render())
+    return 0
+
+
+def run_status(target: str | None) -> int:
+    """``chalk status [JOB_OR_BATCH]``: a job's state, a batch's counts, or the cluster's."""
+    if not _need_cluster("status"):
+        return 2
+    with ChalkClient() as client:
+        if target is None:
+            return _overview(client)
+        ids = client.store.batch_ids(target)
+        if ids:
+            print(summarize_jobs(client.store, ids, target).render())
+            return 0
+        return _job_status(client, target)
+
+
+def score_on_cluster(
+    jobs: Iterable[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar
+) -> None:
+    """Submit ``jobs`` to the cluster as one batch; write each result to ``out`` as it finishes.
+
+    Jobs whose earlier result ``failed`` are scored again, as on the embedded queue.
+    """
+    todo = list(jobs)
+    if not todo:
+        return
+    with ChalkClient() as client:
+        batch = client.submit_batch(todo, retry_failed=True)
+        print(
+            f"chalk score: {batch.total} jobs sent to {redacted(client.redis_url)} as batch "
+            f"{batch.id} (see `chalk status {batch.id}`)",
+            file=sys.stderr,
+        )
+        for result in batch:
+            out.write(result.model_dump_json() + "\n")
+            out.flush()
+            tally.add(result)
+            bar.update()

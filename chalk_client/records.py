@@ -1,0 +1,81 @@
+"""Jobs as the cluster stores them: a record without the submission, and the archive apart.
+
+The archive is stored once per content (by its sha256, as ``Submission.digest``
+computes it) and the record names it, so a submission shared by many jobs is
+sent and kept once, and nothing large ever passes through the broker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from chalk_client.errors import InvalidJobError
+from chalk_client.jobs import JobResult, ScoringJob
+from chalk_client.submission import Submission
+
+JobLike = ScoringJob | Mapping[str, Any] | str
+"""A job as a caller may give it: a ``ScoringJob``, its dict, or its JSON text."""
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated job, split into what Redis stores."""
+
+    job_id: str
+    record: str
+    """The job as JSON, without its submission."""
+    digest: str
+    """The submission archive's sha256, or ``""`` for no submission."""
+    archive: bytes | None
+
+
+def as_job(job: JobLike) -> ScoringJob:
+    """``job`` as a ``ScoringJob``; raises ``InvalidJobError`` with the validation error."""
+    try:
+        if isinstance(job, ScoringJob):
+            return job
+        if isinstance(job, str):
+            return ScoringJob.model_validate_json(job)
+        if isinstance(job, Mapping):
+            return ScoringJob.model_validate(dict(job))
+    except ValidationError as exc:
+        raise InvalidJobError(f"invalid job, refused: {exc}") from exc
+    raise InvalidJobError(
+        f"a job is a ScoringJob, a dict or JSON text, not {type(job).__name__}; refused"
+    )
+
+
+def prepare_job(job: JobLike) -> PreparedJob:
+    """Validate ``job`` (an id is given if it has none) and split it for storage.
+
+    The record is read back here as a worker will read it, so a job that a
+    worker could not load is refused now, at the client.
+    """
+    scoring_job = as_job(job).with_id()
+    assert scoring_job.id is not None
+    try:
+        record = scoring_job.model_dump_json(exclude={"submission"})
+        ScoringJob.model_validate_json(record)
+    except (ValidationError, ValueError) as exc:
+        raise InvalidJobError(f"invalid job {scoring_job.id!r}, refused: {exc}") from exc
+    archive = None if scoring_job.submission is None else scoring_job.submission.archive_bytes()
+    digest = "" if archive is None else hashlib.sha256(archive).hexdigest()
+    return PreparedJob(scoring_job.id, record, digest, archive)
+
+
+def load_job(record: bytes | str, archive: bytes | None) -> ScoringJob:
+    """The job a worker scores, from its record and archive (raises ``ValidationError``)."""
+    job = ScoringJob.model_validate_json(record)
+    if archive is None:
+        return job
+    return job.model_copy(update={"submission": Submission(tar=archive)})
+
+
+def load_result(raw: bytes | str | None) -> JobResult | None:
+    """A stored result, or ``None`` for none."""
+    return None if raw is None else JobResult.model_validate_json(raw)

@@ -1,0 +1,181 @@
+"""The Lua scripts that make the cluster's state changes atomic.
+
+Each script is one step of a job's life that must not interleave with another:
+submitting (claim the id, store the record, enqueue, register the waiter),
+watching, starting (take the lease), renewing leases, reaping expired leases
+and finishing (write the one result, tell the waiters). Times come from
+Redis's own clock, so workers on machines with skewed clocks agree.
+Keys are those of ``chalk_client.keys``; a few are derived inside a script from
+a prefix (owners, done lists), which a single Redis allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script, run by its SHA1 (``EVALSHA``), loaded again when Redis forgot it."""
+
+    name: str
+    text: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())
+
+
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+SUBMIT = Script(
+    "submit",
+    """
+-- KEYS: job, result, watchers, done list of the waiter, broker queue
+-- ARGV: id, job json, blob digest, job ttl, waiter (or ''), message (or ''),
+--       retry failed ('1'/'0'), done-list ttl
+local ttl = tonumber(ARGV[4])
+local function record()
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3], 'submitted',
+             redis.call('TIME')[1])
+  redis.call('EXPIRE', KEYS[1], ttl)
+  if ARGV[6] ~= '' then redis.call('LPUSH', KEYS[5], ARGV[6]) end
+end
+local function watch()
+  if ARGV[5] ~= '' then
+    redis.call('SADD', KEYS[3], ARGV[5])
+    redis.call('EXPIRE', KEYS[3], ttl)
+  end
+end
+local found = redis.call('GET', KEYS[2])
+if found then
+  if ARGV[7] == '1' and cjson.decode(found)['status'] == 'failed' then
+    redis.call('DEL', KEYS[2])
+    watch()
+    record()
+    return 'requeued'
+  end
+  if ARGV[5] ~= '' then
+    redis.call('RPUSH', KEYS[4], ARGV[1])
+    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[8]))
+  end
+  return 'done'
+end
+watch()
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'duplicate' end
+record()
+return 'queued'
+""",
+)
+
+WATCH = Script(
+    "watch",
+    """
+-- KEYS: result, job, watchers, done list of the waiter
+-- ARGV: id, waiter, ttl
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('RPUSH', KEYS[4], ARGV[1])
+  redis.call('EXPIRE', KEYS[4], tonumber(ARGV[3]))
+  return 'done'
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
+redis.call('SADD', KEYS[3], ARGV[2])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+return 'waiting'
+""",
+)
+
+START = Script(
+    "start",
+    """
+-- KEYS: job, result, owner, running, attempts
+-- ARGV: id, owner token, lease ms, ttl, blob key prefix
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
+local rec = redis.call('HMGET', KEYS[1], 'job', 'blob')
+if not rec[1] then return {'missing'} end
+"""
+    + _NOW_MS
+    + """
+local holder = redis.call('GET', KEYS[3])
+if holder then
+  local deadline = redis.call('ZSCORE', KEYS[4], ARGV[1])
+  if deadline and tonumber(deadline) > now then return {'busy', holder} end
+end
+redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[4]))
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+local n = redis.call('INCR', KEYS[5])
+redis.call('EXPIRE', KEYS[5], tonumber(ARGV[4]))
+local digest = rec[2] or ''
+if digest == '' then return {'start', n, rec[1], 'none', ''} end
+local data = redis.call('GET', ARGV[5] .. digest)
+if not data then return {'start', n, rec[1], 'missing', digest} end
+return {'start', n, rec[1], 'ok', data}
+""",
+)
+
+HEARTBEAT = Script(
+    "heartbeat",
+    """
+-- KEYS: running
+-- ARGV: owner token, lease ms, owner key prefix, result key prefix, job ids...
+-- Returns the ids whose lease another worker took (a finished job is not lost).
+"""
+    + _NOW_MS
+    + """
+local lost = {}
+for i = 5, #ARGV do
+  if redis.call('GET', ARGV[3] .. ARGV[i]) == ARGV[1] then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i])
+  elseif redis.call('EXISTS', ARGV[4] .. ARGV[i]) == 0 then
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+""",
+)
+
+REAP = Script(
+    "reap",
+    """
+-- KEYS: running
+-- ARGV: owner key prefix, most ids to reap
+"""
+    + _NOW_MS
+    + """
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('DEL', ARGV[1] .. id)
+end
+return expired
+""",
+)
+
+FINISH = Script(
+    "finish",
+    """
+-- KEYS: result, running, owner, watchers
+-- ARGV: id, result json, result ttl, owner token, done-list key prefix
+local holder = redis.call('GET', KEYS[3])
+if (not holder) or holder == ARGV[4] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('DEL', KEYS[3])
+end
+local ttl = tonumber(ARGV[3])
+if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', ttl) then return 0 end
+for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  redis.call('RPUSH', ARGV[5] .. waiter, ARGV[1])
+  redis.call('EXPIRE', ARGV[5] .. waiter, ttl)
+end
+redis.call('DEL', KEYS[4])
+return 1
+""",
+)
+
+ALL = (SUBMIT, WATCH, START, HEARTBEAT, REAP, FINISH)
+"""Every script, for loading them all at once after Redis lost its script cache."""

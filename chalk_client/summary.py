@@ -1,0 +1,109 @@
+"""Where a batch stands: counts by status, the mean score, the failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.store import JobState, JobStore
+
+FAILURES_KEPT = 20
+"""Failures listed in a summary (all are counted)."""
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """A batch's (or any set of jobs') state at one moment."""
+
+    total: int
+    """Distinct jobs."""
+    queued: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    unknown: int = 0
+    """Jobs with neither a record nor a result: never submitted, or expired."""
+    mean_score: float | None = None
+    """Mean score of the succeeded jobs."""
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    """``(job id, error)`` of the first failed jobs."""
+    batch_id: str | None = None
+
+    @property
+    def done(self) -> int:
+        """Jobs with a result."""
+        return self.succeeded + self.failed
+
+    @property
+    def state(self) -> str:
+        """``finished`` when every job has a result, else ``running`` or ``queued``."""
+        if self.done == self.total:
+            return "finished"
+        return "running" if self.running or self.done else "queued"
+
+    def render(self) -> str:
+        """The summary as ``chalk status`` prints it."""
+        name = f"batch {self.batch_id}" if self.batch_id else "jobs"
+        mean = "-" if self.mean_score is None else f"{self.mean_score:.4f}"
+        lines = [
+            f"{name}: {self.state}, {self.done}/{self.total} done",
+            f"  queued {self.queued}, running {self.running}, succeeded {self.succeeded}, "
+            f"failed {self.failed}" + (f", unknown {self.unknown}" if self.unknown else ""),
+            f"  mean score: {mean}",
+        ]
+        lines.extend(f"  failed {job_id}: {error}" for job_id, error in self.failures)
+        if self.failed > len(self.failures):
+            lines.append(f"  ... and {self.failed - len(self.failures)} more failures")
+        return "\n".join(lines)
+
+
+def summarize(
+    job_ids: Sequence[str],
+    results: Sequence[JobResult | None],
+    states: Sequence[JobState],
+    batch_id: str | None = None,
+) -> BatchSummary:
+    """Count ``results`` (one per id, ``None`` when unfinished) and, for the unfinished, ``states``.
+
+    ``states`` holds one entry per ``None`` in ``results``, in the same order.
+    """
+    counts = {status: 0 for status in JobStatus}
+    unknown = 0
+    scores: list[float] = []
+    failures: list[tuple[str, str]] = []
+    pending = iter(states)
+    for job_id, result in zip(job_ids, results, strict=True):
+        if result is None:
+            state = next(pending)
+            if not state.recorded:
+                unknown += 1
+            else:
+                counts[JobStatus.RUNNING if state.running else JobStatus.QUEUED] += 1
+            continue
+        counts[result.status] += 1
+        if result.status is JobStatus.SUCCEEDED:
+            scores.append(result.score or 0.0)
+        elif len(failures) < FAILURES_KEPT:
+            failures.append((job_id, result.error or "no error recorded"))
+    return BatchSummary(
+        total=len(job_ids),
+        queued=counts[JobStatus.QUEUED],
+        running=counts[JobStatus.RUNNING],
+        succeeded=counts[JobStatus.SUCCEEDED],
+        failed=counts[JobStatus.FAILED],
+        unknown=unknown,
+        mean_score=sum(scores) / len(scores) if scores else None,
+        failures=failures,
+        batch_id=batch_id,
+    )
+
+
+def summarize_jobs(
+    store: JobStore, job_ids: Sequence[str], batch_id: str | None = None
+) -> BatchSummary:
+    """The summary of ``job_ids`` (repeats counted once) as the store has them now."""
+    ids = list(dict.fromkeys(job_ids))
+    results = store.results(ids)
+    unfinished = [job_id for job_id, result in zip(ids, results, strict=True) if result is None]
+    return summarize(ids, results, store.states(unfinished), batch_id=batch_id)

@@ -1,0 +1,107 @@
+"""The Celery app and its one task, ``chalk.score``: the only module that imports Celery.
+
+Start workers with ``chalk worker`` (or ``celery -A chalk_worker.app worker``).
+Settings come from ``CHALK_*`` variables (``ChalkSettings``):
+
+- broker: ``CHALK_BROKER_URL`` if set (e.g. RabbitMQ), else ``CHALK_REDIS_URL``;
+  the store (records, archives, results) is always ``CHALK_REDIS_URL``;
+- JSON only; late acks, rejected on a lost worker, prefetch of one per slot,
+  a visibility timeout longer than any job (``CHALK_VISIBILITY_TIMEOUT_S``);
+- the threads pool with 64 slots: one process holds 64 jobs on its event loop,
+  while subprocess judges run at most one per core (the executable judge's pool);
+- task events on, for Flower;
+- on Redis, kombu's transport made to drop (not die on) an entry that is not a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_ready
+
+from chalk_client.broker import TASK_NAME, redis_message, task_queue
+from chalk_client.settings import ChalkSettings
+from chalk_worker.consume import WorkerRuntime, worker_runtime
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+"""The store and broker when ``CHALK_REDIS_URL`` is not set."""
+DEFAULT_CONCURRENCY = 64
+"""Jobs one worker process holds at once (Celery's ``--concurrency`` overrides)."""
+
+settings = ChalkSettings()
+redis_url = settings.redis_url or DEFAULT_REDIS_URL
+
+
+def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
+    """A Celery app configured for Chalk Queue."""
+    broker_url = settings.broker_url or redis_url
+    celery = Celery("chalk", set_as_current=False)
+    if broker_url.startswith(("redis://", "rediss://")):
+        celery.conf.broker_transport = "chalk_worker.transport:Transport"
+    celery.conf.update(
+        broker_url=broker_url,
+        result_backend=redis_url,
+        task_ignore_result=True,
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        task_default_queue=settings.queue,
+        task_queues=[task_queue(settings.queue)],
+        worker_pool="threads",
+        worker_concurrency=DEFAULT_CONCURRENCY,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=True,
+    )
+    return celery
+
+
+app = make_app(settings, redis_url)
+
+
+def requeue(job_ids: list[str]) -> None:
+    """Send a fresh ``chalk.score`` message for each job whose worker died.
+
+    On a Redis broker the messages go to the head of the queue (where kombu puts
+    messages it restores), so the jobs run next, not behind the whole backlog.
+    """
+    if settings.broker_url and settings.broker_url != redis_url:
+        for job_id in job_ids:
+            app.send_task(TASK_NAME, args=[job_id], queue=settings.queue)
+        return
+    messages = [redis_message(job_id, settings.queue) for job_id in job_ids]
+    runtime().leases.redis.rpush(settings.queue, *messages)
+
+
+def runtime() -> WorkerRuntime:
+    """This process's worker runtime."""
+    return worker_runtime(settings, redis_url, requeue)
+
+
+def _score(task: Any, *args: Any, **kwargs: Any) -> str:
+    """``chalk.score(job_id)``: score the job with that id (anything else is logged, dropped)."""
+    return runtime().handle(args, kwargs, node=str(task.request.hostname or "worker"))
+
+
+score = app.task(name=TASK_NAME, bind=True, ignore_result=True, acks_late=True, shared=False)(
+    _score
+)
+
+
+def _start_runtime(**_: Any) -> None:
+    # Start the lease keeper as soon as the process can take jobs, not at its first job:
+    # an idle worker must also re-enqueue the jobs of a dead one.
+    runtime()
+
+
+worker_ready.connect(_start_runtime, weak=False)
+worker_process_init.connect(_start_runtime, weak=False)

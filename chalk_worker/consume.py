@@ -1,0 +1,218 @@
+"""What a worker process does with one ``chalk.score`` message: plain Python, no Celery.
+
+Per message: check the argument, take the job's lease (or find it already
+scored, held by a live worker, or unknown: then drop the message), load the
+record and archive, score the job with ``score_job_async`` on this process's
+event loop, and write the one result. A malformed message is logged and
+dropped; a record that cannot be read ends ``failed``; the worker goes on.
+A lost connection to Redis is retried, and said so in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import redis
+from pydantic import ValidationError
+
+from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.records import load_job
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import connect, redacted
+from chalk_worker.leases import LeaseStore, Start
+from chalk_worker.process_loop import process_loop
+from chalk_worker.runner import score_job_async
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+Requeue = Callable[[list[str]], None]
+"""Sends a ``chalk.score`` message for each job id."""
+
+MAX_JOB_ID = 512
+RETRY_MAX_S = 30.0
+
+
+def message_job_id(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """The job id a message carries, or ``None`` if its arguments are not one job id."""
+    if len(args) == 1 and not kwargs:
+        value = args[0]
+    elif not args and set(kwargs) == {"job_id"}:
+        value = kwargs["job_id"]
+    else:
+        return None
+    if isinstance(value, str) and 0 < len(value) <= MAX_JOB_ID:
+        return value
+    return None
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews this process's leases and re-enqueues jobs whose worker stopped renewing theirs."""
+
+    def __init__(self, runtime: WorkerRuntime, requeue: Requeue) -> None:
+        super().__init__(name="chalk-lease-keeper", daemon=True)
+        self.runtime = runtime
+        self.requeue = requeue
+        self.interval = max(runtime.settings.lease_s / 4, 0.05)
+        self.stopped = threading.Event()
+        self._unreachable = False
+
+    def run(self) -> None:
+        """Renew and reap every quarter lease until stopped."""
+        while not self.stopped.wait(self.interval):
+            self.tick()
+
+    def tick(self) -> None:
+        """One round: renew our leases, then reap and re-enqueue expired ones."""
+        runtime = self.runtime
+        try:
+            lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
+            for job_id in lost:
+                log.warning("job %s: lost its lease (another worker may score it too)", job_id)
+            expired = runtime.leases.reap()
+            if expired:
+                log.warning(
+                    "re-enqueueing %d job(s) whose worker stopped renewing its lease: %s",
+                    len(expired),
+                    ", ".join(expired[:10]),
+                )
+                try:
+                    self.requeue(expired)
+                except Exception:
+                    log.exception("could not re-enqueue %s; will try again", expired)
+                    runtime.leases.expire_now(expired)
+            if self._unreachable:
+                log.warning("Redis at %s is reachable again", redacted(runtime.url))
+                self._unreachable = False
+        except redis.RedisError as exc:
+            self._unreachable = True
+            log.warning(
+                "cannot reach Redis at %s (%s); retrying in %.1f s",
+                redacted(runtime.url),
+                exc,
+                self.interval,
+            )
+
+
+class WorkerRuntime:
+    """One per worker process: the lease store, the held jobs and their keeper."""
+
+    def __init__(self, settings: ChalkSettings, url: str, requeue: Requeue) -> None:
+        self.settings = settings
+        self.url = url
+        self.leases = LeaseStore(connect(url), settings)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+        self.keeper = LeaseKeeper(self, requeue)
+        self.keeper.start()
+
+    def held(self) -> list[str]:
+        """The jobs this process is scoring now."""
+        with self._lock:
+            return list(self._held)
+
+    def retrying(self, what: str, action: Callable[[], _T]) -> _T:
+        """``action()``, retried with backoff while Redis cannot be reached."""
+        delay = 1.0
+        while True:
+            try:
+                return action()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning(
+                    "cannot reach Redis at %s while %s (%s); retrying in %.0f s",
+                    redacted(self.url),
+                    what,
+                    exc,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    def handle(self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str) -> str:
+        """Process one message (in a task thread); returns what happened (``scored``, ...)."""
+        job_id = message_job_id(args, kwargs)
+        if job_id is None:
+            log.error(
+                "dropping a chalk.score message with malformed arguments (args=%.200r, "
+                "kwargs=%.200r): it takes exactly one job id (a string)",
+                args,
+                kwargs,
+            )
+            return "malformed"
+        start = self.retrying(
+            f"starting job {job_id}", lambda: self.leases.start(job_id, self.owner)
+        )
+        if start.outcome == "done":
+            log.info("job %s already has a result; dropping this message", job_id)
+            return "duplicate"
+        if start.outcome == "busy":
+            log.info("job %s is being scored by %s; dropping this copy", job_id, start.holder)
+            return "busy"
+        if start.outcome == "missing":
+            log.warning("no record of job %s (never submitted, or expired); dropping it", job_id)
+            return "missing"
+        with self._lock:
+            self._held.add(job_id)
+        try:
+            worker = f"{node}:{os.getpid()}"
+            result = process_loop().run(self._score(job_id, start, worker))
+            written = self.retrying(
+                f"storing the result of job {job_id}",
+                lambda: self.leases.finish(result, self.owner),
+            )
+        finally:
+            with self._lock:
+                self._held.discard(job_id)
+        if not written:
+            log.info("job %s already had a result; this run's result is dropped", job_id)
+        return "scored" if written else "duplicate"
+
+    async def _score(self, job_id: str, start: Start, worker: str) -> JobResult:
+        """The job's result: scored on this process's loop, or ``failed`` if unreadable."""
+
+        def failed(error: str) -> JobResult:
+            """A ``failed`` result saying ``error``."""
+            log.error("job %s failed: %s", job_id, error)
+            return JobResult(
+                job_id=job_id,
+                status=JobStatus.FAILED,
+                error=error,
+                attempts=start.attempts,
+                worker=worker,
+            )
+
+        if start.blob == "missing":
+            return failed(
+                "the job's submission archive is no longer in Redis (kept CHALK_BLOB_TTL_S "
+                "seconds); submit the job again with retry_failed=True"
+            )
+        try:
+            job = load_job(start.record, start.archive)
+        except ValidationError as exc:
+            return failed(f"the job's record in Redis is not a valid job: {exc}")
+        if job.id != job_id:
+            return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
+        return await score_job_async(
+            job, settings=self.settings, attempts=start.attempts, worker=worker
+        )
+
+
+_lock = threading.Lock()
+_runtime: tuple[int, WorkerRuntime] | None = None
+
+
+def worker_runtime(settings: ChalkSettings, url: str, requeue: Requeue) -> WorkerRuntime:
+    """This process's runtime, made (and its keeper started) on first use, after any fork."""
+    global _runtime
+    with _lock:
+        if _runtime is None or _runtime[0] != os.getpid():
+            _runtime = (os.getpid(), WorkerRuntime(settings, url, requeue))
+        return _runtime[1]

@@ -1,0 +1,157 @@
+"""The worker's half of the cluster store: take a job's lease, renew it, finish the job.
+
+A job a worker starts gets a lease: its owner token in ``chalk:owner:ID`` and a
+deadline in ``chalk:running``. The worker's keeper renews the deadline while
+the job runs; any live worker re-enqueues jobs whose deadline passed (their
+worker died) and the next start takes the lease over. The result is written
+once (``SET NX``), so a job run twice still has one result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from chalk_client import keys
+from chalk_client.jobs import JobResult
+from chalk_client.scripts import ALL, FINISH, HEARTBEAT, REAP, START, Script
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import merge_replies, run_script
+
+REAP_BATCH = 100
+"""Most expired leases one reap takes."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """What ``LeaseStore.start`` found.
+
+    ``outcome`` is ``start`` (the lease is ours: score the job), ``done`` (it has
+    a result), ``busy`` (another worker holds a live lease) or ``missing`` (no
+    record: never submitted, or expired).
+    """
+
+    outcome: str
+    attempts: int = 0
+    record: bytes = b""
+    blob: str = "none"
+    """``none`` (no submission), ``ok`` or ``missing`` (the archive expired)."""
+    archive: bytes | None = None
+    holder: str = ""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LeaseStore:
+    """Start, renew, reap and finish jobs, each step one atomic script.
+
+    Starts and finishes are queued on a pipeline (``queue_start``, ``queue_finish``)
+    so that one round trip serves every job that a process starts or finishes at once.
+    """
+
+    def __init__(self, client: redis.Redis, settings: ChalkSettings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.lease_ms = int(settings.lease_s * 1000)
+        self.keep_s = settings.job_ttl_s
+
+    def pipeline(self, build: Callable[[Any], object]) -> list[Any]:
+        """Run what ``build`` queues in one round trip; per-command errors are returned.
+
+        Scripts Redis has forgotten (a restart, ``SCRIPT FLUSH``) are loaded and
+        the pipeline run again; connection errors are raised.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        build(pipe)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            for script in ALL:
+                self.redis.script_load(script.text)
+            pipe = self.redis.pipeline(transaction=False)
+            build(pipe)
+            replies = merge_replies(replies, pipe.execute(raise_on_error=False))
+        return replies
+
+    def _run(self, script: Script, keys_: Sequence[str], args: Sequence[Any]) -> Any:
+        reply = self.pipeline(lambda pipe: run_script(pipe, script, keys_, args))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def queue_start(self, pipe: Any, job_id: str, owner: str) -> None:
+        """Queue the start script: take the job's lease, count an attempt, read its record."""
+        run_script(
+            pipe,
+            START,
+            [
+                keys.job(job_id),
+                keys.result(job_id),
+                keys.owner(job_id),
+                keys.RUNNING,
+                keys.attempts(job_id),
+            ],
+            [job_id, owner, self.lease_ms, self.keep_s, keys.BLOB_PREFIX],
+        )
+
+    @staticmethod
+    def parse_start(reply: Any) -> Start:
+        """The ``Start`` a start script's reply describes."""
+        outcome = _text(reply[0])
+        if outcome == "busy":
+            return Start(outcome, holder=_text(reply[1]))
+        if outcome != "start":
+            return Start(outcome)
+        blob = _text(reply[3])
+        archive = reply[4] if blob == "ok" else None
+        return Start(outcome, int(reply[1]), reply[2], blob, archive)
+
+    def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:
+        """Queue the finish script: write the one result, free the lease, tell the waiters."""
+        job_id = result.job_id
+        run_script(
+            pipe,
+            FINISH,
+            [keys.result(job_id), keys.RUNNING, keys.owner(job_id), keys.watchers(job_id)],
+            [job_id, result.model_dump_json(), self.settings.result_ttl_s, owner, keys.DONE_PREFIX],
+        )
+
+    def start(self, job_id: str, owner: str) -> Start:
+        """Take the job's lease (counting an attempt) and read its record and archive."""
+        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return self.parse_start(reply)
+
+    def finish(self, result: JobResult, owner: str) -> bool:
+        """Write the job's one result and tell its waiters; ``False`` if it already had one."""
+        reply = self.pipeline(lambda pipe: self.queue_finish(pipe, result, owner))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return bool(reply)
+
+    def heartbeat(self, job_ids: Sequence[str], owner: str) -> list[str]:
+        """Renew the leases of ``job_ids``; returns those no longer ours."""
+        if not job_ids:
+            return []
+        lost = self._run(
+            HEARTBEAT,
+            [keys.RUNNING],
+            [owner, self.lease_ms, keys.OWNER_PREFIX, keys.RESULT_PREFIX, *job_ids],
+        )
+        return [_text(job_id) for job_id in lost]
+
+    def reap(self) -> list[str]:
+        """Take the jobs whose lease expired out of ``running``; the caller re-enqueues them."""
+        expired = self._run(REAP, [keys.RUNNING], [keys.OWNER_PREFIX, REAP_BATCH])
+        return [_text(job_id) for job_id in expired]
+
+    def expire_now(self, job_ids: Sequence[str]) -> None:
+        """Mark leases expired, so the next reap (by any worker) takes the jobs again."""
+        if job_ids:
+            self.redis.zadd(keys.RUNNING, dict.fromkeys(job_ids, 0))

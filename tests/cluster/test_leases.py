@@ -1,0 +1,68 @@
+"""The lease scripts on a real Redis, without Celery: one result per job, whatever happens."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
+from chalk_client.judges import AlwaysPassJudge
+from chalk_worker.leases import LeaseStore
+
+
+def setup(url: str, job_id: str = "j") -> LeaseStore:
+    settings = ChalkSettings(lease_s=0.3, queue="no-worker-here")
+    ChalkClient(url, settings=settings).submit(ScoringJob(id=job_id, judge=AlwaysPassJudge()))
+    return LeaseStore(redis.Redis.from_url(url), settings)
+
+
+def result(job_id: str, worker: str) -> JobResult:
+    return JobResult(job_id=job_id, status=JobStatus.SUCCEEDED, worker=worker)
+
+
+def test_a_held_lease_turns_other_starts_away_until_it_expires(own_redis_url):
+    leases = setup(own_redis_url)
+    first = leases.start("j", "worker-a")
+    assert (first.outcome, first.attempts) == ("start", 1)
+    assert ScoringJob.model_validate_json(first.record).id == "j"
+    assert leases.start("j", "worker-b").outcome == "busy"
+    assert leases.start("j", "worker-a").outcome == "busy"  # a redelivery to the same worker
+    time.sleep(0.2)
+    assert leases.heartbeat(["j"], "worker-a") == []  # renewed: still ours
+    time.sleep(0.2)
+    assert leases.start("j", "worker-b").outcome == "busy"
+    time.sleep(0.4)
+    assert leases.reap() == ["j"]  # worker-a stopped renewing
+    assert leases.reap() == []  # reaped once
+    second = leases.start("j", "worker-b")
+    assert (second.outcome, second.attempts) == ("start", 2)
+    assert leases.heartbeat(["j"], "worker-a") == ["j"]  # worker-a learns it lost the job
+
+
+def test_only_the_first_result_is_written(own_redis_url):
+    leases = setup(own_redis_url)
+    leases.start("j", "worker-a")
+    assert leases.finish(result("j", "worker-a"), "worker-a") is True
+    assert leases.finish(result("j", "worker-b"), "worker-b") is False
+    stored = JobResult.model_validate_json(
+        redis.Redis.from_url(own_redis_url).get("chalk:result:j")
+    )
+    assert stored.worker == "worker-a"
+    assert leases.start("j", "worker-c").outcome == "done"
+    assert leases.heartbeat(["j"], "worker-a") == []  # finished, not lost
+    assert redis.Redis.from_url(own_redis_url).zcard("chalk:running") == 0
+
+
+def test_a_job_nobody_submitted_is_missing(own_redis_url):
+    leases = setup(own_redis_url)
+    assert leases.start("never", "worker-a").outcome == "missing"
+
+
+def test_scripts_are_loaded_again_after_redis_forgets_them(own_redis_url):
+    leases = setup(own_redis_url)
+    redis.Redis.from_url(own_redis_url).script_flush()
+    assert leases.start("j", "worker-a").outcome == "start"
+    redis.Redis.from_url(own_redis_url).script_flush()
+    client = ChalkClient(own_redis_url, settings=ChalkSettings(queue="no-worker-here"))
+    assert client.submit(ScoringJob(id="k", judge=AlwaysPassJudge())).job_id == "k"
