@@ -15,20 +15,24 @@ Settings come from ``CHALK_*`` variables (``ChalkSettings``):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from chalk_client.broker import TASK_NAME, redis_message, task_queue
+from chalk_client.errors import ConfigurationError
 from chalk_client.settings import ChalkSettings
 from chalk_worker.consume import WorkerRuntime, worker_runtime
+from chalk_worker.sandbox import announce, detect_layers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """The store and broker when ``CHALK_REDIS_URL`` is not set."""
 DEFAULT_CONCURRENCY = 64
 """Jobs one worker process holds at once (Celery's ``--concurrency`` overrides)."""
 
+log = logging.getLogger(__name__)
 settings = ChalkSettings()
 redis_url = settings.redis_url or DEFAULT_REDIS_URL
 
@@ -103,5 +107,21 @@ def _start_runtime(**_: Any) -> None:
     runtime()
 
 
+def _probe_sandbox(**_: Any) -> None:
+    # Before any job: refuse to start if CHALK_SANDBOX_REQUIRE names a missing layer.
+    try:
+        detect_layers(settings.sandbox_tune_cgroups).require(settings.sandbox_require)
+    except ConfigurationError as exc:
+        log.critical("chalk worker refuses to start: %s", exc)
+        raise SystemExit(2) from exc
+
+
+def _announce_sandbox(**_: Any) -> None:
+    # Once logging is set up: one line per sandbox layer, on or off, in the worker's log.
+    announce(detect_layers(settings.sandbox_tune_cgroups))
+
+
+worker_init.connect(_probe_sandbox, weak=False)
+worker_ready.connect(_announce_sandbox, weak=False)
 worker_ready.connect(_start_runtime, weak=False)
 worker_process_init.connect(_start_runtime, weak=False)

@@ -2,7 +2,7 @@
 
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.sandbox.policy import check_command
-from chalk_worker.sandbox.probe import SandboxLayers, detect_layers
+from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.session import Sandbox, SandboxSession, get_sandbox
 
@@ -12,6 +12,7 @@ __all__ = [
     "Sandbox",
     "SandboxLayers",
     "SandboxSession",
+    "announce",
     "check_command",
     "detect_layers",
     "get_sandbox",

@@ -120,7 +120,7 @@ class SandboxLayers:
 
 @cache
 def detect_layers(tune_cgroups: bool = True) -> SandboxLayers:
-    """Probe the machine once per process and log what was found."""
+    """Probe the machine once per process (``announce`` logs what was found)."""
     bwrap = shutil.which("bwrap")
     root = os.geteuid() == 0
     layers = SandboxLayers(
@@ -129,13 +129,24 @@ def detect_layers(tune_cgroups: bool = True) -> SandboxLayers:
         setpriv=shutil.which("setpriv"),
         cgroups=CgroupSupport.detect(tune_cgroups) if root else CgroupSupport(None, None, None),
     )
+    return layers
+
+
+_announced = False
+
+
+def announce(layers: SandboxLayers) -> None:
+    """Log the probe's findings, once per process: a line per layer, warnings for the missing."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    for name, how in layers.available.items():
+        log.info("sandbox layer %s: on (%s)", name, how)
+    for name, why in layers.missing.items():
+        log.warning("sandbox layer %s: OFF - %s", name, why)
     if layers.cgroups.kill and not layers.cgroups.fast_moves:
         log.warning(
             "cgroup2 is not mounted with favordynmods: each sandboxed run may spend ~10 ms "
             "moving into its cgroups (CHALK_SANDBOX_TUNE_CGROUPS=true lets the worker set it)"
         )
-    for name, how in layers.available.items():
-        log.info("sandbox layer %s: on (%s)", name, how)
-    for name, why in layers.missing.items():
-        log.warning("sandbox layer %s: OFF - %s", name, why)
-    return layers

@@ -27,7 +27,7 @@ from pathlib import Path
 from chalk_client.settings import ChalkSettings
 from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
-from chalk_worker.sandbox.probe import SandboxLayers, detect_layers
+from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import (
     TOKEN_VARIABLE,
     Capture,
@@ -192,6 +192,7 @@ class Sandbox:
         self.settings = settings
         self.layers = layers or detect_layers(settings.sandbox_tune_cgroups)
         self.layers.require(settings.sandbox_require)
+        announce(self.layers)
         self.readonly_roots = [*python_paths(), *(Path(p) for p in settings.sandbox_paths)]
         self.pool: SlotPool | None = None
         if "user" in self.layers.available:
