@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from chalk_client.errors import JudgeError, StudentMisbehaviorError
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
+from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+NO_FOLDER = Path("/dev/null/chalk-no-files")
+"""The job folder judges see for a job that needs none (no submission, no script)."""
 _prepared_pid: int | None = None
 
 
@@ -59,28 +62,52 @@ def _saved_submissions(
     return tuple(files)
 
 
-def _collect(job: ScoringJob, job_dir: Path, limits: ResolvedLimits) -> tuple[Path, list[Path]]:
+def _uses_files(judge: JudgeSpec) -> bool:
+    if isinstance(judge, ExecutableJudge):
+        return True
+    if isinstance(judge, (AllJudge, AnyJudge)):
+        return any(_uses_files(part) for part in judge.judges)
+    return False
+
+
+def _needs_folder(job: ScoringJob) -> bool:
+    """Whether the job touches the disk: a submission to unpack or a script to run.
+
+    Regex, rubric-on-transcript, always-pass and custom judges without a
+    submission need no folder, which saves a worker a folder and two thread hops
+    a job.
+    """
+    return job.submission is not None or any(_uses_files(s.judge) for s in job.scored_steps())
+
+
+def _collect(job: ScoringJob, job_dir: Path, limits: ResolvedLimits) -> list[Path]:
     submission_dir = job_dir / "submission"
     submission_dir.mkdir()
     if job.submission is None:
-        return submission_dir, []
-    files = unpack_submission(
+        return []
+    return unpack_submission(
         job.submission.archive_bytes(),
         submission_dir,
         max_bytes=limits.unpack_bytes,
         max_entries=limits.unpack_entries,
         max_depth=limits.unpack_depth,
     )
-    return submission_dir, files
 
 
 async def _score_steps(
-    job: ScoringJob, job_dir: Path, limits: ResolvedLimits, settings: ChalkSettings
+    job: ScoringJob,
+    job_dir: Path | None,
+    limits: ResolvedLimits,
+    settings: ChalkSettings,
 ) -> tuple[list[Scoring], dict[str, float]]:
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    # Without a folder, judges see no files: a path below /dev/null can never exist,
+    # so nobody can plant files there to be graded.
+    folder = job_dir or NO_FOLDER
+    submission_dir = folder / "submission"
     try:
-        submission_dir, files = await asyncio.to_thread(_collect, job, job_dir, limits)
+        files = await asyncio.to_thread(_collect, job, job_dir, limits) if job_dir else []
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
         return [Scoring.fail("misbehavior", str(exc))], timings
@@ -93,7 +120,7 @@ async def _score_steps(
             transcript=job.transcript,
             saved_submissions=_saved_submissions(step, job, submission_dir, files),
             submission_dir=submission_dir,
-            job_dir=job_dir,
+            job_dir=folder,
             limits=limits,
             settings=settings,
             llm_budget=llm_budget,
@@ -125,7 +152,7 @@ async def score_job_async(
     steps: list[Scoring] = []
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
-    job_dir = make_job_dir(settings)
+    job_dir = make_job_dir(settings) if _needs_folder(job) else None
     try:
         limits = settings.resolve(job.limits)
         steps, timings = await _score_steps(job, job_dir, limits, settings)
@@ -138,7 +165,8 @@ async def score_job_async(
             f"internal error while scoring: {type(exc).__name__}: {exc}",
         )
     finally:
-        await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        if job_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, job_dir, True)
     timings["total"] = time.perf_counter() - started
     return JobResult(
         job_id=job.id,

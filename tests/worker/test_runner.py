@@ -6,11 +6,19 @@ import asyncio
 import io
 import os
 import tarfile
+from pathlib import Path
 
 from support import say
 
-from chalk_client import JobStatus, ScoringJob, Step, Submission
-from chalk_client.judges import AlwaysPassJudge, CustomJudge, ExecutableJudge, RegexJudge
+from chalk_client import JobStatus, Scoring, ScoringJob, Step, Submission
+from chalk_client.judges import (
+    AlwaysPassJudge,
+    CustomJudge,
+    ExecutableJudge,
+    Judge,
+    RegexJudge,
+    register_judge,
+)
 from chalk_worker import score_job, score_job_async
 
 
@@ -130,3 +138,26 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     other.mkdir()
     assert sweep_stale_job_dirs(ChalkSettings(work_dir=str(tmp_path))) == 1
     assert not stale.exists() and alive.exists() and other.exists()
+
+
+@register_judge("test_look_around")
+class LookAroundJudge(Judge):
+    """Reports, while scoring, what the work folder holds and where the submission is."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def evaluate(self, transcript):
+        listing = sorted(os.listdir(self.folder))
+        return Scoring(score=1, metadata={"listing": listing, "dir": str(self.submission_dir)})
+
+
+def test_jobs_without_files_make_no_job_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHALK_WORK_DIR", str(tmp_path))
+    look = CustomJudge("test_look_around", {"folder": str(tmp_path)})
+    bare = score_job(ScoringJob(transcript=say("hi"), judge=RegexJudge(["hi"]) & look))
+    assert bare.scoring.metadata["listing"] == "[]"
+    assert not Path(bare.scoring.metadata["dir"]).exists()
+    with_files = score_job(ScoringJob(judge=look, submission=Submission.from_files({"a": "1"})))
+    assert with_files.scoring.metadata["listing"] != "[]"
+    assert os.listdir(tmp_path) == []
