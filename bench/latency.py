@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from bench.cluster import chalk_workers, raw_workers, redis_server
+from bench.suite import Figure
 
 
 def timed(call: Callable[[], object], count: int) -> list[float]:
@@ -28,6 +29,51 @@ def timed(call: Callable[[], object], count: int) -> list[float]:
     return times
 
 
+def measure(
+    requests: int, rounds: int, pool: list[str], workers: int
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Seconds of each round trip, per round: raw Celery, then Chalk, on one private Redis."""
+    with redis_server() as url:
+        import os
+
+        os.environ["BENCH_REDIS_URL"] = url
+        from bench.raw_app import app, noop
+
+        app.conf.broker_url = app.conf.result_backend = url
+        with raw_workers(url, pool, workers):
+            timed(lambda: noop.delay().get(timeout=60), 20)  # warm-up
+            raw = [timed(lambda: noop.delay().get(timeout=60), requests) for _ in range(rounds)]
+
+        from chalk_client import ChalkClient, ScoringJob
+        from chalk_client.judges import AlwaysPassJudge
+
+        with chalk_workers(url, pool, workers), ChalkClient(url) as client:
+
+            def one() -> object:
+                return client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
+
+            timed(one, 20)  # warm-up
+            chalk = [timed(one, requests) for _ in range(rounds)]
+    return raw, chalk
+
+
+def figures(smoke: bool = False) -> list[Figure]:
+    """The suite's figure: ``submit_and_wait`` round trip over raw Celery's (goal <= 1.5)."""
+    requests, rounds = (30, 1) if smoke else (500, 3)
+    raw, chalk = measure(requests, rounds, ["--pool", "threads", "--concurrency", "64"], 1)
+    raw_ms = statistics.median([t for r in raw for t in r]) * 1000
+    chalk_ms = statistics.median([t for r in chalk for t in r]) * 1000
+    return [
+        Figure(
+            name="submit_and_wait round trip",
+            value=f"{chalk_ms:.2f} ms",
+            baseline=f"raw Celery {raw_ms:.2f} ms",
+            ratio=chalk_ms / raw_ms,
+            goal="<= 1.5",
+        )
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500)
@@ -37,32 +83,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes of each kind")
     args = parser.parse_args()
     pool = ["--pool", args.pool, "--concurrency", str(args.concurrency)]
-    with redis_server() as url:
-        import os
-
-        os.environ["BENCH_REDIS_URL"] = url
-        from bench.raw_app import app, noop
-
-        app.conf.broker_url = app.conf.result_backend = url
-        with raw_workers(url, pool, args.workers):
-            timed(lambda: noop.delay().get(timeout=60), 20)  # warm-up
-            raw = [
-                timed(lambda: noop.delay().get(timeout=60), args.requests)
-                for _ in range(args.rounds)
-            ]
-
-        from chalk_client import ChalkClient, ScoringJob
-        from chalk_client.judges import AlwaysPassJudge
-
-        with chalk_workers(url, pool, args.workers), ChalkClient(url) as client:
-
-            def one() -> object:
-                return client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
-
-            one_first = client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
-            assert one_first.status == "succeeded"
-            timed(one, 20)  # warm-up
-            chalk = [timed(one, args.requests) for _ in range(args.rounds)]
+    raw, chalk = measure(args.requests, args.rounds, pool, args.workers)
 
     def ms(values: list[float]) -> str:
         median, mean = statistics.median(values) * 1000, statistics.mean(values) * 1000

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.suite import Figure
 from chalk_client import ChalkSettings, JobStatus, ScoringJob
 from chalk_client.judges import ExecutableJudge
 from chalk_worker import score_job_async
@@ -42,13 +43,15 @@ async def sandboxed_judge(job: ScoringJob, settings: ChalkSettings) -> float:
     return elapsed
 
 
-async def main(runs: int) -> float:
+async def measure(runs: int, quiet: bool = False) -> tuple[list[float], list[float]]:
+    """Seconds of each sandboxed judge and of each bare spawn, interleaved."""
     settings = ChalkSettings(work_dir=tempfile.gettempdir())
     job = ScoringJob(judge=ExecutableJudge(["{python}", "-c", WRITE, "out.json"]))
     layers = detect_layers(settings.sandbox_tune_cgroups)
-    print("sandbox layers on:", ", ".join(layers.available))
-    if layers.missing:
-        print("sandbox layers off:", ", ".join(layers.missing))
+    if not quiet:
+        print("sandbox layers on:", ", ".join(layers.available))
+        if layers.missing:
+            print("sandbox layers off:", ", ".join(layers.missing))
     for _ in range(3):  # warm up: the probe, slot cgroups, page cache
         await sandboxed_judge(job, settings)
         bare_spawn()
@@ -56,6 +59,28 @@ async def main(runs: int) -> float:
     for _ in range(runs):
         judge_times.append(await sandboxed_judge(job, settings))
         bare_times.append(bare_spawn())
+    return judge_times, bare_times
+
+
+def figures(smoke: bool = False) -> list[Figure]:
+    """The suite's figure: a sandboxed trivial Python judge over ``python -c pass`` (<= 2.0)."""
+    judge_times, bare_times = asyncio.run(measure(5 if smoke else 40, quiet=True))
+    layers = detect_layers()
+    judge_ms = statistics.median(judge_times) * 1000
+    bare_ms = statistics.median(bare_times) * 1000
+    return [
+        Figure(
+            name=f"sandboxed trivial judge ({len(layers.available)}/7 layers on)",
+            value=f"{judge_ms:.1f} ms",
+            baseline=f"python -c pass {bare_ms:.1f} ms",
+            ratio=judge_ms / bare_ms,
+            goal="<= 2.0",
+        )
+    ]
+
+
+async def main(runs: int) -> float:
+    judge_times, bare_times = await measure(runs)
     judge_ms = statistics.median(judge_times) * 1000
     bare_ms = statistics.median(bare_times) * 1000
     ratio = judge_ms / bare_ms

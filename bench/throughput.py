@@ -19,6 +19,7 @@ import statistics
 import time
 
 from bench.cluster import chalk_workers, raw_workers, redis_server
+from bench.suite import Figure
 
 
 def raw_round(jobs: int) -> float:
@@ -44,6 +45,45 @@ def chalk_round(client: object, jobs: int) -> float:
     return jobs / (time.perf_counter() - started)
 
 
+def measure(
+    jobs: int, rounds: int, pool: list[str], workers: int
+) -> tuple[list[float], list[float]]:
+    """Jobs/s of each round, raw Celery then Chalk, on one private redis-server."""
+    with redis_server() as url:
+        import os
+
+        os.environ["BENCH_REDIS_URL"] = url
+        from bench.raw_app import app, noop
+
+        app.conf.broker_url = app.conf.result_backend = url
+        with raw_workers(url, pool, workers):
+            noop.delay().get(timeout=60)  # warm-up: the worker is ready
+            raw = [raw_round(jobs) for _ in range(rounds)]
+
+        from chalk_client import ChalkClient, ScoringJob
+        from chalk_client.judges import AlwaysPassJudge
+
+        with chalk_workers(url, pool, workers), ChalkClient(url) as client:
+            client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
+            chalk = [chalk_round(client, jobs) for _ in range(rounds)]
+    return raw, chalk
+
+
+def figures(smoke: bool = False) -> list[Figure]:
+    """The suite's figure: Chalk's batch throughput over raw Celery's (goal >= 1.0)."""
+    jobs, rounds = (100, 1) if smoke else (2000, 3)
+    raw, chalk = measure(jobs, rounds, ["--pool", "threads", "--concurrency", "64"], 1)
+    return [
+        Figure(
+            name=f"batch throughput, {jobs} trivial jobs",
+            value=f"{statistics.median(chalk):.0f} jobs/s",
+            baseline=f"raw Celery {statistics.median(raw):.0f} jobs/s",
+            ratio=statistics.median(chalk) / statistics.median(raw),
+            goal=">= 1.0",
+        )
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
@@ -53,24 +93,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes of each kind")
     args = parser.parse_args()
     pool = ["--pool", args.pool, "--concurrency", str(args.concurrency)]
-    with redis_server() as url:
-        import os
-
-        os.environ["BENCH_REDIS_URL"] = url
-        from bench.raw_app import app, noop
-
-        app.conf.broker_url = app.conf.result_backend = url
-        with raw_workers(url, pool, args.workers):
-            noop.delay().get(timeout=60)  # warm-up: the worker is ready
-            raw = [raw_round(args.jobs) for _ in range(args.rounds)]
-
-        from chalk_client import ChalkClient, ScoringJob
-        from chalk_client.judges import AlwaysPassJudge
-
-        with chalk_workers(url, pool, args.workers), ChalkClient(url) as client:
-            client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
-            chalk = [chalk_round(client, args.jobs) for _ in range(args.rounds)]
-
+    raw, chalk = measure(args.jobs, args.rounds, pool, args.workers)
     raw_best, chalk_best = max(raw), max(chalk)
     print(
         f"{args.workers} worker process(es), pool {args.pool}, concurrency {args.concurrency}; "
