@@ -103,11 +103,13 @@ def raw_workers(url: str, pool: list[str], count: int = 1) -> Iterator[None]:
 
 
 @contextmanager
-def chalk_workers(url: str, pool: list[str], count: int = 1) -> Iterator[None]:
-    """``count`` Chalk workers, as ``chalk worker`` starts them."""
+def chalk_workers(
+    url: str, pool: list[str], count: int = 1, env: dict[str, str] | None = None
+) -> Iterator[None]:
+    """``count`` Chalk workers, as ``chalk worker`` starts them (``env`` added to theirs)."""
     with ExitStack() as stack:
         for n in range(count):
             argv = [sys.executable, "-m", "chalk_client.cli", "worker", *COMMON]
             argv += [*pool, "-n", f"chalk{n}@%h"]
-            stack.enter_context(worker(argv, {"CHALK_REDIS_URL": url}))
+            stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url}))
         yield

@@ -17,8 +17,13 @@ from types import TracebackType
 
 from chalk_client.async_store import AsyncJobStore, connect_async
 from chalk_client.broker import KombuPublisher, redis_message
-from chalk_client.client import Progress, new_waiter
-from chalk_client.errors import ConfigurationError, QueueError, ResultTimeout
+from chalk_client.client import RECONNECT_S, Progress, new_waiter
+from chalk_client.errors import (
+    ConfigurationError,
+    QueueError,
+    QueueUnavailableError,
+    ResultTimeout,
+)
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
@@ -41,9 +46,28 @@ class _AsyncCollector:
         self.waiter = waiter
         self.pending = dict.fromkeys(job_ids)
         self.results: dict[str, JobResult] = {}
+        self._unreachable_since: float | None = None
 
     async def collect(self, timeout: float) -> list[JobResult]:
-        """Results that arrived within ``timeout`` seconds (maybe none)."""
+        """Results that arrived within ``timeout`` seconds (maybe none).
+
+        Rides out an unreachable Redis as ``ChalkClient`` does (up to ``RECONNECT_S``),
+        then asks again about every pending job.
+        """
+        try:
+            if self._unreachable_since is not None:
+                await self.store.watch(list(self.pending), self.waiter)
+                self._unreachable_since = None
+            return await self._collect(timeout)
+        except QueueUnavailableError:
+            now = time.monotonic()
+            self._unreachable_since = self._unreachable_since or now
+            if now - self._unreachable_since > RECONNECT_S:
+                raise
+            await asyncio.sleep(max(min(timeout, 0.5), 0.0))
+            return []
+
+    async def _collect(self, timeout: float) -> list[JobResult]:
         announced = dict.fromkeys(await self.store.pop_done(self.waiter, timeout))
         ids = [job_id for job_id in announced if job_id in self.pending]
         fresh: list[JobResult] = []
@@ -158,7 +182,8 @@ class AsyncBatch:
         ids = list(dict.fromkeys(self.job_ids))
         results = await self._store.results(ids)
         unfinished = [job_id for job_id, result in zip(ids, results, strict=True) if result is None]
-        return summarize(ids, results, await self._store.states(unfinished), batch_id=self.id)
+        states = await self._store.states(unfinished)
+        return summarize(ids, results, states, batch_id=self.id, settings=self._store.settings)
 
 
 class AsyncChalkClient:
@@ -192,7 +217,9 @@ class AsyncChalkClient:
         outcomes = await self.store.submit(
             jobs,
             waiter=waiter,
-            messages=None if self._publisher else (lambda job_id: redis_message(job_id, queue)),
+            messages=None
+            if self._publisher
+            else (lambda job_id: redis_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
         )
@@ -202,7 +229,7 @@ class AsyncChalkClient:
                 for job, outcome in zip(jobs, outcomes, strict=True)
                 if outcome in ("queued", "requeued")
             ]
-            await asyncio.to_thread(self._publisher.publish, fresh)
+            await asyncio.to_thread(self._publisher.publish, fresh, batch_id)
 
     async def submit(self, job: JobLike, *, retry_failed: bool = False) -> AsyncJobHandle:
         """Send one job (see ``ChalkClient.submit``)."""

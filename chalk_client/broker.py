@@ -39,8 +39,13 @@ def task_body(job_id: str) -> str:
     return json.dumps([[job_id], {}, _EMBED])
 
 
-def task_headers(job_id: str, task_id: str) -> dict[str, Any]:
-    """Celery's protocol-2 headers for one ``chalk.score`` message."""
+def task_headers(job_id: str, task_id: str, batch: str | None = None) -> dict[str, Any]:
+    """Celery's protocol-2 headers for one ``chalk.score`` message.
+
+    ``argsrepr`` and ``kwargsrepr`` are what Celery and Flower show of the task:
+    the job id, and the batch it was sent in (a label only: the message's real
+    keyword arguments stay empty), so ``kwargs:batch=ID`` finds a batch in Flower.
+    """
     return {
         "lang": "py",
         "task": TASK_NAME,
@@ -55,7 +60,7 @@ def task_headers(job_id: str, task_id: str) -> dict[str, Any]:
         "root_id": task_id,
         "parent_id": None,
         "argsrepr": repr([job_id]),
-        "kwargsrepr": "{}",
+        "kwargsrepr": repr({"batch": batch}) if batch else "{}",
         "origin": _ORIGIN,
         "ignore_result": True,
         "replaced_task_nesting": 0,
@@ -64,7 +69,7 @@ def task_headers(job_id: str, task_id: str) -> dict[str, Any]:
     }
 
 
-def redis_message(job_id: str, queue: str) -> str:
+def redis_message(job_id: str, queue: str, batch: str | None = None) -> str:
     """The message as kombu's Redis transport stores it in the queue's list."""
     task_id = str(uuid.uuid4())
     return json.dumps(
@@ -72,7 +77,7 @@ def redis_message(job_id: str, queue: str) -> str:
             "body": b64encode(task_body(job_id).encode()).decode("ascii"),
             "content-encoding": "utf-8",
             "content-type": "application/json",
-            "headers": task_headers(job_id, task_id),
+            "headers": task_headers(job_id, task_id, batch),
             "properties": {
                 "correlation_id": task_id,
                 "reply_to": "",
@@ -98,11 +103,11 @@ class KombuPublisher:
         self._connection: Connection | None = None
         self._lock = threading.Lock()
 
-    def publish(self, job_ids: Iterable[str]) -> None:
+    def publish(self, job_ids: Iterable[str], batch: str | None = None) -> None:
         """Send one message per job id (the queue is declared first, as a worker would)."""
         try:
             with self._lock:
-                self._publish(list(job_ids))
+                self._publish(list(job_ids), batch)
         except Exception as exc:
             url = Connection(self.broker_url).as_uri()  # hides the password
             raise QueueUnavailableError(
@@ -110,7 +115,7 @@ class KombuPublisher:
                 "Check CHALK_BROKER_URL."
             ) from exc
 
-    def _publish(self, job_ids: list[str]) -> None:
+    def _publish(self, job_ids: list[str], batch: str | None) -> None:
         if self._connection is None:
             self._connection = Connection(self.broker_url)
         with self._connection.Producer(serializer="json") as producer:
@@ -121,7 +126,7 @@ class KombuPublisher:
                     [[job_id], {}, _EMBED],
                     exchange="",
                     routing_key=self.queue.name,
-                    headers=task_headers(job_id, task_id),
+                    headers=task_headers(job_id, task_id, batch),
                     correlation_id=task_id,
                     delivery_mode=2,
                     declare=declare,

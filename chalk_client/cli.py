@@ -11,6 +11,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TextIO
 
+from chalk_client import ops_cli
 from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
 from chalk_client.errors import ChalkError
 from chalk_client.jobs import ScoringJob
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=text, add_help=False)
     status = commands.add_parser("status", help="state of a job, a batch, or the cluster")
     status.add_argument("target", nargs="?", help="a job id or batch id (default: the cluster)")
+    ops_cli.add_commands(commands)
     return parser
 
 
@@ -134,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _score(args)
         if args.command == "status":
             return run_status(args.target)
+        if args.command in ops_cli.COMMANDS:
+            return ops_cli.run_command(args)
     except ChalkError as exc:
         print(f"chalk {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
 from chalk_client.broker import KombuPublisher, redis_message
-from chalk_client.errors import ConfigurationError, QueueError, ResultTimeout
+from chalk_client.errors import (
+    ConfigurationError,
+    QueueError,
+    QueueUnavailableError,
+    ResultTimeout,
+)
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
@@ -30,6 +35,8 @@ from chalk_client.summary import BatchSummary, summarize_jobs
 
 WAIT_SLICE_S = 2.0
 """Longest single blocking pop: under the client's socket timeout, and Ctrl-C is heard."""
+RECONNECT_S = 120.0
+"""How long a waiting client rides out an unreachable Redis (a restart) before giving up."""
 
 Progress = Callable[[int, int], object]
 """Called as ``progress(done, total)`` each time a batch's job finishes."""
@@ -58,9 +65,29 @@ class _Collector:
         self.waiter = waiter
         self.pending = dict.fromkeys(job_ids)
         self.results: dict[str, JobResult] = {}
+        self._unreachable_since: float | None = None
 
     def collect(self, timeout: float) -> list[JobResult]:
-        """Results that arrived within ``timeout`` seconds (maybe none)."""
+        """Results that arrived within ``timeout`` seconds (maybe none).
+
+        While Redis cannot be reached (a restart), this waits for it, up to
+        ``RECONNECT_S``; then it asks again about every pending job, so that an
+        announcement lost with the connection is not missed.
+        """
+        try:
+            if self._unreachable_since is not None:
+                self.store.watch(list(self.pending), self.waiter)
+                self._unreachable_since = None
+            return self._collect(timeout)
+        except QueueUnavailableError:
+            now = time.monotonic()
+            self._unreachable_since = self._unreachable_since or now
+            if now - self._unreachable_since > RECONNECT_S:
+                raise
+            time.sleep(max(min(timeout, 0.5), 0.0))
+            return []
+
+    def _collect(self, timeout: float) -> list[JobResult]:
         announced = dict.fromkeys(self.store.pop_done(self.waiter, timeout))
         ids = [job_id for job_id in announced if job_id in self.pending]
         fresh: list[JobResult] = []
@@ -226,14 +253,21 @@ class ChalkClient:
         outcomes = self.store.submit(
             jobs,
             waiter=waiter,
-            messages=None if self._publisher else (lambda job_id: redis_message(job_id, queue)),
+            messages=None
+            if self._publisher
+            else (lambda job_id: redis_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
         )
         if self._publisher is not None:
             fresh = ("queued", "requeued")
             self._publisher.publish(
-                job.job_id for job, outcome in zip(jobs, outcomes, strict=True) if outcome in fresh
+                (
+                    job.job_id
+                    for job, outcome in zip(jobs, outcomes, strict=True)
+                    if outcome in fresh
+                ),
+                batch_id,
             )
         return outcomes
 

@@ -14,18 +14,30 @@ from typing import TextIO
 
 from chalk_client.client import ChalkClient
 from chalk_client.jobs import JobStatus, ScoringJob
+from chalk_client.ops_cli import eta_line
 from chalk_client.progress import ProgressBar, Tally
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import redacted
 from chalk_client.summary import summarize_jobs
+from chalk_client.usage import TokenUsage
 
 CELERY_APP = "chalk_worker.app"
 WORKER_DEFAULTS: dict[tuple[str, ...], list[str]] = {
+    ("-P", "--pool"): ["--pool", "threads"],
     ("-l", "--loglevel"): ["--loglevel", "INFO"],
     ("--without-mingle",): ["--without-mingle"],
     ("--without-gossip",): ["--without-gossip"],
 }
-"""Flags ``chalk worker`` adds unless given: a readable log, and a fast start."""
+"""Flags ``chalk worker`` adds unless given: the threads pool, a readable log, a fast start."""
+THREADS_CONCURRENCY = 64
+"""Jobs one threads-pool worker process holds at once, unless ``--concurrency`` is given."""
+FLOWER_DEFAULTS: dict[str, str] = {
+    "tasks_columns": "name,args,state,result,kwargs,worker,runtime,received",
+    "purge_offline_workers": "600",
+}
+"""Flower options ``chalk flower`` sets unless given (as a flag or ``FLOWER_*`` variable):
+the task list shows each task's job id (args), batch (kwargs) and outcome (result), and
+workers gone for 10 minutes (scaled down, replaced) leave the dashboard."""
 RECENT = 5
 
 
@@ -52,6 +64,9 @@ def worker_argv(args: Sequence[str]) -> list[str]:
         if not _given(names, args)
         for flag in flags
     ]
+    if not _given(("-P", "--pool", "-c", "--concurrency"), args):
+        # 64 jobs on one event loop suits the threads pool; another pool keeps Celery's default.
+        defaults += ["--concurrency", str(THREADS_CONCURRENCY)]
     return [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", *defaults, *args]
 
 
@@ -67,8 +82,26 @@ def run_flower(args: Sequence[str]) -> int:
     """Replace this process by Flower, watching the cluster's workers."""
     if not _need_cluster("flower"):
         return 2
-    argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "flower", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        CELERY_APP,
+        "flower",
+        *flower_defaults(args),
+        *args,
+    ]
     os.execv(argv[0], argv)
+
+
+def flower_defaults(args: Sequence[str]) -> list[str]:
+    """The ``FLOWER_DEFAULTS`` flags that neither ``args`` nor the environment set."""
+    return [
+        f"--{name}={value}"
+        for name, value in FLOWER_DEFAULTS.items()
+        if not _given((f"--{name}",), args) and f"FLOWER_{name.upper()}" not in os.environ
+    ]
 
 
 def _job_status(client: ChalkClient, job_id: str) -> int:
@@ -85,6 +118,9 @@ def _job_status(client: ChalkClient, job_id: str) -> int:
         print(f"  error: {result.error}")
     print(f"  attempts: {result.attempts}, worker: {result.worker}")
     print(f"  timings: {result.timings}")
+    tokens = TokenUsage.of_result(result)
+    if tokens.total:
+        print(f"  LLM: {tokens.describe(tokens.cost(client.settings))}")
     return 0
 
 
@@ -113,7 +149,8 @@ def run_status(target: str | None) -> int:
             return _overview(client)
         ids = client.store.batch_ids(target)
         if ids:
-            print(summarize_jobs(client.store, ids, target).render())
+            summary = summarize_jobs(client.store, ids, target)
+            print("\n".join(filter(None, [summary.render(), eta_line(client, summary)])))
             return 0
         return _job_status(client, target)
 

@@ -15,7 +15,8 @@ The tree::
     │       └── NoVerdictError         a reply was neither YES nor NO, even when asked again
     └── QueueError
         ├── QueueUnavailableError  Redis or the broker cannot be reached
-        └── ResultTimeout          (also a TimeoutError)
+        ├── ResultTimeout          (also a TimeoutError)
+        └── JobFailedError         a worker stored a `failed` result (shown as such in Flower)
 
 A judge's verdict is never an exception: zeros and misbehaviour are results
 with status ``succeeded``. A ``JudgeError`` is what turns a job ``failed``.
@@ -82,3 +83,11 @@ class QueueUnavailableError(QueueError):
 
 class ResultTimeout(QueueError, TimeoutError):
     """Raised when a result did not arrive within the time a caller allowed."""
+
+
+class JobFailedError(QueueError):
+    """Raised by the ``chalk.score`` task after storing a ``failed`` result for its job.
+
+    The result is stored first, so nothing is lost; raising makes Celery count the
+    task as failed, and Flower list it with the job's error (state ``FAILURE``).
+    """

@@ -17,6 +17,12 @@ key                        type    what it holds
 ``chalk:done:WAITER``      list    ids of finished jobs, one list per waiter (a batch, a handle)
 ``chalk:batch:BATCH``      list    a batch's job ids, in the order they were given
 ``chalk:batches``          zset    batch id -> creation time, the most recent kept
+``chalk:worker:NODE``      string  a live worker's presence (JSON ``WorkerPresence``: its
+                                   sandbox layers, pool, metrics port), with a TTL
+``chalk:verdict:SHA256``   string  a remembered rubric verdict (JSON ``met``, ``reason``),
+                                   by ``verdict_key``; kept ``CHALK_RUBRIC_CACHE_TTL_S``
+``chalk:llm-rate:SERVER``  string  when the next LLM request to a server may start (µs,
+                                   Redis's clock), for ``CHALK_LLM_CLUSTER_REQUESTS_PER_MINUTE``
 =========================  ======  ==========================================================
 
 The Celery queue itself (a list named after ``CHALK_QUEUE``, ``chalk`` by default) is
@@ -32,6 +38,7 @@ RUNNING = PREFIX + "running"
 BATCHES = PREFIX + "batches"
 """Sorted set of recent batches, scored by creation time."""
 OWNER_PREFIX = PREFIX + "owner:"
+WORKER_PREFIX = PREFIX + "worker:"
 BLOB_PREFIX = PREFIX + "blob:"
 RESULT_PREFIX = PREFIX + "result:"
 DONE_PREFIX = PREFIX + "done:"
@@ -78,3 +85,18 @@ def done(waiter: str) -> str:
 def batch(batch_id: str) -> str:
     """A batch's job ids in order."""
     return f"{PREFIX}batch:{batch_id}"
+
+
+def worker(node: str) -> str:
+    """A live worker's presence, by its Celery node name (``name@host``)."""
+    return WORKER_PREFIX + node
+
+
+def verdict(digest: str) -> str:
+    """A remembered rubric verdict, by the digest of everything that decided it."""
+    return f"{PREFIX}verdict:{digest}"
+
+
+def llm_rate(server: str) -> str:
+    """The cluster's request pacing for one LLM server, by a digest of its base URL."""
+    return f"{PREFIX}llm-rate:{server}"

@@ -93,6 +93,14 @@ class ChalkSettings(BaseSettings):
     """Sampling temperature of verdicts; ``none`` sends none (for models that refuse one)."""
     rubric_cache_entries: int = Field(default=10_000, ge=0)
     """Verdicts remembered per worker process, so re-grading costs no call; 0 disables."""
+    rubric_cache_ttl_s: int = Field(default=7 * 86400, ge=0)
+    """With a cluster: how long Redis keeps a verdict for every worker (7 days); 0 disables."""
+    llm_cluster_requests_per_minute: int = Field(default=0, ge=0)
+    """LLM requests all workers together may send per minute (paced in Redis); 0: no limit."""
+    llm_prompt_price_per_mtok: float | None = Field(default=None, ge=0)
+    """Price of 1M prompt tokens (USD), for cost estimates; ``None``: no estimate."""
+    llm_completion_price_per_mtok: float | None = Field(default=None, ge=0)
+    """Price of 1M completion tokens (USD), for cost estimates; ``None``: no estimate."""
 
     @field_validator("rubric_temperature", mode="before")
     @classmethod
@@ -126,6 +134,8 @@ class ChalkSettings(BaseSettings):
     """A running job's lease; a worker that stops renewing it loses the job to another."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
     """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Where a worker serves its Prometheus metrics (``/metrics``); unset: not served."""
 
     wall_s: float = 600.0
     max_wall_s: float = 6 * 3600.0

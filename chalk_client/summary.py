@@ -1,4 +1,4 @@
-"""Where a batch stands: counts by status, the mean score, the failures."""
+"""Where a batch stands: counts by status, the mean score, the failures, the LLM tokens."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.settings import ChalkSettings
 from chalk_client.store import JobState, JobStore
+from chalk_client.usage import TokenUsage
 
 FAILURES_KEPT = 20
 """Failures listed in a summary (all are counted)."""
@@ -29,6 +31,10 @@ class BatchSummary:
     failures: list[tuple[str, str]] = field(default_factory=list)
     """``(job id, error)`` of the first failed jobs."""
     batch_id: str | None = None
+    tokens: TokenUsage = field(default_factory=TokenUsage)
+    """LLM tokens the finished jobs' verdicts used (``chalk_client.usage``)."""
+    cost: float | None = None
+    """Their estimated cost in USD, when a price is configured."""
 
     @property
     def done(self) -> int:
@@ -52,6 +58,8 @@ class BatchSummary:
             f"failed {self.failed}" + (f", unknown {self.unknown}" if self.unknown else ""),
             f"  mean score: {mean}",
         ]
+        if self.tokens.total:
+            lines.append(f"  LLM: {self.tokens.describe(self.cost)}")
         lines.extend(f"  failed {job_id}: {error}" for job_id, error in self.failures)
         if self.failed > len(self.failures):
             lines.append(f"  ... and {self.failed - len(self.failures)} more failures")
@@ -63,16 +71,19 @@ def summarize(
     results: Sequence[JobResult | None],
     states: Sequence[JobState],
     batch_id: str | None = None,
+    settings: ChalkSettings | None = None,
 ) -> BatchSummary:
     """Count ``results`` (one per id, ``None`` when unfinished) and, for the unfinished, ``states``.
 
     ``states`` holds one entry per ``None`` in ``results``, in the same order.
+    The cost is estimated at the prices of ``settings`` (if any).
     """
     counts = {status: 0 for status in JobStatus}
     unknown = 0
     scores: list[float] = []
     failures: list[tuple[str, str]] = []
     pending = iter(states)
+    tokens = TokenUsage()
     for job_id, result in zip(job_ids, results, strict=True):
         if result is None:
             state = next(pending)
@@ -82,6 +93,7 @@ def summarize(
                 counts[JobStatus.RUNNING if state.running else JobStatus.QUEUED] += 1
             continue
         counts[result.status] += 1
+        tokens = tokens + TokenUsage.of_result(result)
         if result.status is JobStatus.SUCCEEDED:
             scores.append(result.score or 0.0)
         elif len(failures) < FAILURES_KEPT:
@@ -96,6 +108,8 @@ def summarize(
         mean_score=sum(scores) / len(scores) if scores else None,
         failures=failures,
         batch_id=batch_id,
+        tokens=tokens,
+        cost=None if settings is None else tokens.cost(settings),
     )
 
 
@@ -106,4 +120,5 @@ def summarize_jobs(
     ids = list(dict.fromkeys(job_ids))
     results = store.results(ids)
     unfinished = [job_id for job_id, result in zip(ids, results, strict=True) if result is None]
-    return summarize(ids, results, store.states(unfinished), batch_id=batch_id)
+    states = store.states(unfinished)
+    return summarize(ids, results, states, batch_id=batch_id, settings=store.settings)

@@ -7,9 +7,13 @@ Settings come from ``CHALK_*`` variables (``ChalkSettings``):
   the store (records, archives, results) is always ``CHALK_REDIS_URL``;
 - JSON only; late acks, rejected on a lost worker, prefetch of one per slot,
   a visibility timeout longer than any job (``CHALK_VISIBILITY_TIMEOUT_S``);
-- the threads pool with 64 slots: one process holds 64 jobs on its event loop,
+- ``chalk worker`` starts the threads pool with 64 slots (``--pool`` and
+  ``--concurrency`` override): one process holds 64 jobs on its event loop,
   while subprocess judges run at most one per core (the executable judge's pool);
-- task events on, for Flower;
+- task events on, for Flower; a job whose result is ``failed`` ends its task with
+  ``JobFailedError`` (Flower lists it as ``FAILURE``, with the job's error);
+- at start: wait for Redis (saying so), then publish this worker's presence for
+  ``chalk health`` and serve its metrics on ``CHALK_METRICS_PORT``;
 - on Redis, kombu's transport made to drop (not die on) an entry that is not a message.
 """
 
@@ -19,18 +23,24 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from chalk_client.broker import TASK_NAME, redis_message, task_queue
-from chalk_client.errors import ConfigurationError
+from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
+from chalk_worker import metrics, presence
 from chalk_worker.consume import WorkerRuntime, worker_runtime
 from chalk_worker.sandbox import announce, detect_layers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """The store and broker when ``CHALK_REDIS_URL`` is not set."""
-DEFAULT_CONCURRENCY = 64
-"""Jobs one worker process holds at once (Celery's ``--concurrency`` overrides)."""
 
 log = logging.getLogger(__name__)
 settings = ChalkSettings()
@@ -60,8 +70,6 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
         broker_connection_max_retries=None,
         task_default_queue=settings.queue,
         task_queues=[task_queue(settings.queue)],
-        worker_pool="threads",
-        worker_concurrency=DEFAULT_CONCURRENCY,
         worker_send_task_events=True,
         task_send_sent_event=True,
         worker_hijack_root_logger=True,
@@ -92,13 +100,32 @@ def runtime() -> WorkerRuntime:
 
 
 def _score(task: Any, *args: Any, **kwargs: Any) -> str:
-    """``chalk.score(job_id)``: score the job with that id (anything else is logged, dropped)."""
-    return runtime().handle(args, kwargs, node=str(task.request.hostname or "worker"))
+    """``chalk.score(job_id)``: score the job with that id (anything else is logged, dropped).
+
+    Returns what happened (Flower shows it as the task's result, e.g. ``succeeded,
+    score 1.0``); raises ``JobFailedError`` for a job whose stored result is ``failed``.
+    """
+    outcome = "error"
+    with metrics.handling_message():
+        try:
+            found = runtime().handle(args, kwargs, node=str(task.request.hostname or "worker"))
+            outcome = found.split(",", 1)[0]
+            return found
+        except JobFailedError:
+            outcome = "failed"
+            raise
+        finally:
+            metrics.message_handled(outcome)
 
 
-score = app.task(name=TASK_NAME, bind=True, ignore_result=True, acks_late=True, shared=False)(
-    _score
-)
+score = app.task(
+    name=TASK_NAME,
+    bind=True,
+    ignore_result=True,
+    acks_late=True,
+    shared=False,
+    throws=(JobFailedError,),  # logged in a line, not as a traceback: the job's own failure
+)(_score)
 
 
 def _start_runtime(**_: Any) -> None:
@@ -121,7 +148,35 @@ def _announce_sandbox(**_: Any) -> None:
     announce(detect_layers(settings.sandbox_tune_cgroups))
 
 
+def _wait_for_store(**_: Any) -> None:
+    # Once logging is set up, before consuming: a worker started before Redis waits for it.
+    presence.wait_for_redis(redis_url)
+
+
+def _publish_presence(sender: Any = None, **_: Any) -> None:
+    # For `chalk health`: this worker, its pool and its sandbox layers; and its metrics.
+    pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender is not None else "?"
+    served = metrics.serve(settings.metrics_port)
+    presence.start_presence(
+        settings,
+        redis_url,
+        node=str(getattr(sender, "hostname", None) or "worker"),
+        pool={"thread": "threads"}.get(pool, pool),
+        concurrency=int(getattr(sender.pool, "limit", 0) or 0) if sender is not None else 0,
+        metrics_port=settings.metrics_port if served else None,
+        held=(lambda: runtime().held()) if pool in ("thread", "solo") else None,
+    )
+
+
+def _forget_child(pid: int | None = None, **_: Any) -> None:
+    metrics.process_exited(pid or 0)
+
+
 worker_init.connect(_probe_sandbox, weak=False)
+celeryd_after_setup.connect(_wait_for_store, weak=False)
+worker_ready.connect(_publish_presence, weak=False)
+worker_shutdown.connect(lambda **_: presence.stop_presence(), weak=False)
+worker_process_shutdown.connect(_forget_child, weak=False)
 worker_ready.connect(_announce_sandbox, weak=False)
 worker_ready.connect(_start_runtime, weak=False)
 worker_process_init.connect(_start_runtime, weak=False)

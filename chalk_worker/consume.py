@@ -22,10 +22,12 @@ from typing import Any, TypeVar
 import redis
 from pydantic import ValidationError
 
+from chalk_client.errors import JobFailedError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import connect, redacted
+from chalk_worker import metrics
 from chalk_worker.leases import LeaseStore, Start
 from chalk_worker.process_loop import process_loop
 from chalk_worker.runner import score_job_async
@@ -63,6 +65,9 @@ class LeaseKeeper(threading.Thread):
         self.interval = max(runtime.settings.lease_s / 4, 0.05)
         self.stopped = threading.Event()
         self._unreachable = False
+        # Since when every tick reached Redis. Only after a full lease of it does this keeper
+        # reap, so that live workers cut off by a Redis restart renew their leases first.
+        self._in_touch_since: float | None = None
 
     def run(self) -> None:
         """Renew and reap every quarter lease until stopped."""
@@ -76,6 +81,13 @@ class LeaseKeeper(threading.Thread):
             lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
+            if self._unreachable:
+                log.warning("Redis at %s is reachable again", redacted(runtime.url))
+                self._unreachable = False
+            if self._in_touch_since is None:
+                self._in_touch_since = time.monotonic()
+            if time.monotonic() - self._in_touch_since < runtime.settings.lease_s:
+                return
             expired = runtime.leases.reap()
             if expired:
                 log.warning(
@@ -88,11 +100,9 @@ class LeaseKeeper(threading.Thread):
                 except Exception:
                     log.exception("could not re-enqueue %s; will try again", expired)
                     runtime.leases.expire_now(expired)
-            if self._unreachable:
-                log.warning("Redis at %s is reachable again", redacted(runtime.url))
-                self._unreachable = False
         except redis.RedisError as exc:
             self._unreachable = True
+            self._in_touch_since = None
             log.warning(
                 "cannot reach Redis at %s (%s); retrying in %.1f s",
                 redacted(runtime.url),
@@ -137,7 +147,12 @@ class WorkerRuntime:
                 delay = min(delay * 2, RETRY_MAX_S)
 
     def handle(self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str) -> str:
-        """Process one message (in a task thread); returns what happened (``scored``, ...)."""
+        """Process one message (in a task thread); returns what happened.
+
+        That is ``succeeded, score S`` for a job scored here, or why the message was
+        dropped (``duplicate``, ``busy``, ``missing``, ``malformed``). A job scored here
+        whose result is ``failed`` raises ``JobFailedError`` once the result is stored.
+        """
         job_id = message_job_id(args, kwargs)
         if job_id is None:
             log.error(
@@ -173,7 +188,11 @@ class WorkerRuntime:
                 self._held.discard(job_id)
         if not written:
             log.info("job %s already had a result; this run's result is dropped", job_id)
-        return "scored" if written else "duplicate"
+            return "duplicate"
+        metrics.job_scored(result)
+        if result.status is JobStatus.FAILED:  # stored; raised so Flower lists the task failed
+            raise JobFailedError(f"job {job_id} failed: {result.error}")
+        return f"succeeded, score {result.score}"
 
     async def _score(self, job_id: str, start: Start, worker: str) -> JobResult:
         """The job's result: scored on this process's loop, or ``failed`` if unreadable."""

@@ -2,7 +2,10 @@
 
 Every rubric request goes through ``LLMPool.complete``, which holds the
 process-wide cap on requests in flight (``CHALK_LLM_MAX_IN_FLIGHT``, all jobs
-and event loops of the process together) and the request-rate limit. The
+and event loops of the process together). Every HTTP request it sends, retries
+included, is paced first: by this process's rate (``CHALK_LLM_REQUESTS_PER_MINUTE``)
+and the cluster's, shared through Redis (``CHALK_LLM_CLUSTER_REQUESTS_PER_MINUTE``,
+see ``chalk_worker.rate_limit``). The
 ``AsyncOpenAI`` client is made lazily, per process (so a Celery worker makes
 it after the fork) and per event loop (an HTTP connection pool belongs to one
 loop), then reused, connections included. Retries with exponential backoff and
@@ -15,18 +18,20 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings
+from chalk_worker import metrics
+from chalk_worker.loop_redis import close_loop_redis, loop_redis
+from chalk_worker.rate_limit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 
@@ -59,33 +64,6 @@ class LLMServer:
             max_retries=settings.llm_max_retries,
             timeout_s=settings.llm_request_timeout_s,
         )
-
-
-class RateLimiter(Protocol):
-    """Paces the start of requests; a Redis-backed one can share a limit across workers."""
-
-    async def acquire(self) -> None:
-        """Wait until one more request may start."""
-
-
-class MemoryRateLimiter:
-    """Spaces request starts evenly so this process starts at most ``per_minute`` a minute."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
-        self._next = 0.0
-        self._lock = threading.Lock()
-
-    async def acquire(self) -> None:
-        """Wait for this request's turn (no wait when the limit is 0)."""
-        if self.per_minute <= 0:
-            return
-        with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next)
-            self._next = start + 60.0 / self.per_minute
-        if start > now:
-            await asyncio.sleep(start - now)
 
 
 class ProcessSlots:
@@ -154,12 +132,15 @@ class ProcessSlots:
 
 
 class LLMPool:
-    """This process's clients, in-flight cap, rate limit and per-server knowledge."""
+    """This process's clients, in-flight cap, rate limits and per-server knowledge."""
 
     def __init__(self, settings: ChalkSettings) -> None:
         self.pid = os.getpid()
         self.slots = ProcessSlots(settings.llm_max_in_flight)
         self.rate_limiter: RateLimiter = MemoryRateLimiter(settings.llm_requests_per_minute)
+        self.cluster_rate = (settings.redis_url, settings.llm_cluster_requests_per_minute)
+        """The cluster's Redis (``None``: this process is the cluster) and requests a minute."""
+        self._cluster_limiters: dict[str, RateLimiter] = {}
         self.last_problem: dict[str, str] = {}
         """Base URL → the last retryable HTTP error it answered (for deadline messages)."""
         self._plain_only: set[tuple[str, str]] = set()
@@ -175,6 +156,34 @@ class LLMPool:
         limiter = self.rate_limiter
         if isinstance(limiter, MemoryRateLimiter):
             limiter.per_minute = settings.llm_requests_per_minute
+        cluster_rate = (settings.redis_url, settings.llm_cluster_requests_per_minute)
+        if cluster_rate != self.cluster_rate:
+            with self._lock:
+                self.cluster_rate = cluster_rate
+                self._cluster_limiters = {}
+
+    def cluster_limiter(self, base_url: str) -> RateLimiter | None:
+        """The cluster-wide limiter of requests to ``base_url``; ``None`` without a limit."""
+        url, per_minute = self.cluster_rate
+        if per_minute <= 0:
+            return None
+        with self._lock:
+            limiter = self._cluster_limiters.get(base_url)
+            if limiter is None:
+                limiter = (
+                    RedisRateLimiter(loop_redis(url), base_url, per_minute)
+                    if url
+                    else MemoryRateLimiter(per_minute)  # embedded: this process is the cluster
+                )
+                self._cluster_limiters[base_url] = limiter
+        return limiter
+
+    async def pace(self, base_url: str) -> None:
+        """Wait until this process's and the cluster's rates let one more request start."""
+        await self.rate_limiter.acquire()
+        limiter = self.cluster_limiter(base_url)
+        if limiter is not None:
+            await limiter.acquire()
 
     def client(self, server: LLMServer) -> openai.AsyncOpenAI:
         """The client for ``server`` in the running event loop, made on first use."""
@@ -188,16 +197,28 @@ class LLMPool:
                     api_key=server.api_key,
                     max_retries=server.max_retries,
                     timeout=server.timeout_s,
-                    # The SDK's own defaults (1000 connections, 100 kept alive), plus a watcher.
+                    # The SDK's own defaults (1000 connections, 100 kept alive), plus pacing
+                    # of every request (retries too) and a watcher of the replies.
                     http_client=openai.DefaultAsyncHttpxClient(
-                        event_hooks={"response": [self._watch(server.base_url)]},
+                        event_hooks={
+                            "request": [self._pacer(server.base_url)],
+                            "response": [self._watch(server.base_url)],
+                        },
                     ),
                 )
                 clients[server] = client
         return client
 
+    def _pacer(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
+        async def pace(request: Any) -> None:  # the SDK's httpx request
+            metrics.llm_request(request)
+            await self.pace(base_url)
+
+        return pace
+
     def _watch(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
         async def record(response: Any) -> None:  # the SDK's httpx response
+            metrics.llm_response(response.status_code)
             if response.status_code in (408, 409, 429) or response.status_code >= 500:
                 after = response.headers.get("retry-after")
                 note = f" (Retry-After: {after})" if after else ""
@@ -216,13 +237,13 @@ class LLMPool:
     async def complete(
         self, server: LLMServer, *, timeout_s: float, **request: Any
     ) -> ChatCompletion:
-        """One chat completion, under the cap and the rate limit, with the client's retries.
+        """One chat completion, under the cap and the rate limits, with the client's retries.
 
         The slot is held through the retries and their backoff, so a server in
-        trouble gets fewer requests from this process, not more. Raises the
-        ``openai`` client's errors as they are, for the caller to judge.
+        trouble gets fewer requests from this process, not more; each attempt
+        waits for its turn under the rate limits (``pace``) while holding it.
+        Raises the ``openai`` client's errors as they are, for the caller to judge.
         """
-        await self.rate_limiter.acquire()
         await self.slots.acquire()
         try:
             client = self.client(server)
@@ -267,10 +288,11 @@ def llm_pool(settings: ChalkSettings) -> LLMPool:
 
 
 async def close_llm_clients() -> None:
-    """Close this process's clients of the running loop; call it before the loop ends."""
+    """Close this process's LLM and Redis clients of the running loop, before the loop ends."""
     pool = _pool
     if pool is not None and pool.pid == os.getpid():
         await pool.close()
+    await close_loop_redis()
 
 
 def describe_failure(exc: BaseException) -> str:

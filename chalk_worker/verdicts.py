@@ -75,6 +75,8 @@ class Verdict:
     """Requests this verdict took, refused ones included (0 when it was remembered)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached: bool = False
+    """Whether the verdict came from the verdict cache (no request made)."""
 
 
 def parse_verdict(content: str | None) -> tuple[bool, str] | None:
@@ -164,7 +166,7 @@ async def ask_verdict(
         context=context,
     )
     if cache is not None and (hit := await cache.get(key)) is not None:
-        return Verdict(met=hit.met, reason=hit.reason)
+        return Verdict(met=hit.met, reason=hit.reason, cached=True)
     structured = not pool.plain_only(server, model)
     fell_back = False
     follow_up: list[dict[str, str]] = []
@@ -204,10 +206,10 @@ async def ask_verdict(
         content = _content(reply)
         parsed = parse_verdict(content)
         if parsed is not None:
-            met, reason = parsed
+            met, reason = parsed[0], parsed[1][:MAX_REASON]
             if cache is not None:
                 await cache.put(key, CachedVerdict(met=met, reason=reason))
-            return Verdict(met, reason[:MAX_REASON], requests, prompt_tokens, completion_tokens)
+            return Verdict(met, reason, requests, prompt_tokens, completion_tokens)
         last = content if content is not None else "(no message content)"
         ask = JSON_FORMAT if structured else PLAIN_FORMAT
         follow_up = [

@@ -38,8 +38,9 @@ def wait_port(port: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    """A redis-server without persistence on ``port``."""
+def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Popen[bytes]:
+    """A redis-server on ``port``: without persistence, or with AOF (fsync every second)."""
+    persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if aof else []
     proc = subprocess.Popen(
         [
             "redis-server",
@@ -53,6 +54,7 @@ def start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
             "no",
             "--dir",
             str(workdir),
+            *persistence,
         ],
         stdout=subprocess.DEVNULL,
     )

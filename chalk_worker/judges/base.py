@@ -11,6 +11,7 @@ from chalk_client.judge_specs import JudgeSpec
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_client.transcript import Transcript
+from chalk_worker import metrics
 
 
 @dataclass(frozen=True)
@@ -60,4 +61,5 @@ def evaluator(kind: str) -> Callable[[_E], _E]:
 
 async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
     """Judge one step with the evaluator registered for the judge's type."""
-    return await _evaluators[judge.type](judge, context)
+    with metrics.judge_timer(judge.type):
+        return await _evaluators[judge.type](judge, context)

@@ -14,6 +14,7 @@ from typing import Any
 
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring
+from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.sandbox.bwrap import import_roots
 from chalk_worker.sandbox.policy import check_command
@@ -177,6 +178,7 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
             )
         env = _script_env(session.home, isolated=sandbox.layers.bwrap is not None)
         outcome = session.run(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+        metrics.sandbox_run(outcome)
         return _verdict(outcome, output, judge, context.limits.memory_mb)
 
 

@@ -4,10 +4,14 @@ Metadata, for criterion ``i`` (counted from 1, in rubric order):
 
 - ``criterion_i``: ``"YES: <reason>"``, ``"NO: <reason>"`` or ``"UNSCORED: <why>"``;
 - ``criterion_i_text``: the criterion itself;
+- ``criterion_i_prompt_tokens``, ``criterion_i_completion_tokens``: what its
+  requests used (0 when the verdict was remembered);
 
 and for the judge: ``rubric_model``, ``rubric_calls`` (requests made; 0 when
-every verdict was remembered), ``rubric_prompt_tokens``,
-``rubric_completion_tokens`` and, when some criterion got no verdict and the
+every verdict was remembered), ``rubric_cached`` (criteria answered by the
+verdict cache), ``rubric_prompt_tokens``, ``rubric_completion_tokens`` (all
+criteria together; ``chalk_client.usage`` sums them per job and batch) and,
+when some criterion got no verdict and the
 operator chose ``CHALK_RUBRIC_NO_VERDICT=unscored``, ``unscored_criteria``
 (their numbers). ``continue_task`` is ``score >= continue_threshold`` (by
 default -1: the task always continues).
@@ -27,6 +31,8 @@ import time
 from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
 from chalk_client.scoring import Scoring
+from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
+from chalk_worker import metrics
 from chalk_worker.contexts import render_contexts
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
 from chalk_worker.llm import LLMServer, llm_pool
@@ -104,12 +110,15 @@ async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: flo
     except BaseExceptionGroup as failures:
         raise failures.exceptions[0] from None
 
+    metrics.rubric_verdicts(model, verdicts.values())
     metadata: dict[str, str] = {}
     score = 0.0
     for number, item in enumerate(judge.rubric, start=1):
         verdict = verdicts[number]
         metadata[f"criterion_{number}"] = _label(verdict)
         metadata[f"criterion_{number}_text"] = item.criterion
+        metadata[f"criterion_{number}_prompt_tokens"] = str(verdict.prompt_tokens)
+        metadata[f"criterion_{number}_completion_tokens"] = str(verdict.completion_tokens)
         if verdict.met:
             score += item.weight
     unscored = [str(n) for n, verdict in sorted(verdicts.items()) if verdict.met is None]
@@ -117,6 +126,7 @@ async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: flo
         metadata["unscored_criteria"] = ", ".join(unscored)
     metadata["rubric_model"] = model
     metadata["rubric_calls"] = str(sum(v.calls for v in verdicts.values()))
-    metadata["rubric_prompt_tokens"] = str(sum(v.prompt_tokens for v in verdicts.values()))
-    metadata["rubric_completion_tokens"] = str(sum(v.completion_tokens for v in verdicts.values()))
+    metadata["rubric_cached"] = str(sum(v.cached for v in verdicts.values()))
+    metadata[PROMPT_TOKENS] = str(sum(v.prompt_tokens for v in verdicts.values()))
+    metadata[COMPLETION_TOKENS] = str(sum(v.completion_tokens for v in verdicts.values()))
     return Scoring(score=score, metadata=metadata, continue_task=score >= judge.continue_threshold)

@@ -125,3 +125,16 @@ def test_missing_files_are_clear_errors(tmp_path):
     rollouts = write_jobs(tmp_path / "r.jsonl", [{"id": "a"}])
     run = chalk("score", str(rollouts), "--judge", str(tmp_path / "absent.json"))
     assert run.returncode == 2 and "could not read the judge file" in run.stderr
+
+
+def test_chalk_worker_defaults_give_way_to_celery_flags():
+    from chalk_client.cluster_cli import worker_argv
+
+    default = worker_argv([])
+    assert default[default.index("--pool") + 1] == "threads"
+    assert default[default.index("--concurrency") + 1] == "64"
+    prefork = worker_argv(["--pool", "prefork"])
+    assert prefork.count("--pool") == 1 and prefork[-1] == "prefork"
+    assert "--concurrency" not in prefork  # Celery's own default for that pool
+    fewer = worker_argv(["-c", "8", "-l", "debug"])
+    assert "64" not in fewer and fewer.count("--loglevel") == 0 and fewer[-2:] == ["-l", "debug"]

@@ -110,6 +110,7 @@ class WorkerFactory:
         concurrency: int | None = 16,
         env: dict[str, str] | None = None,
         wait: bool = True,
+        args: tuple[str, ...] = (),
     ) -> Worker:
         name = f"w{len(self.started) + 1}-{uuid.uuid4().hex[:6]}"
         log = self.logs / f"{name}.log"
@@ -133,6 +134,7 @@ class WorkerFactory:
                     *(["--concurrency", str(concurrency)] if concurrency else []),
                     "-l",
                     "info",
+                    *args,
                 ],
                 cwd=ROOT,
                 env=full_env,

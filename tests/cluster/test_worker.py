@@ -151,8 +151,7 @@ def test_a_worker_that_cannot_reach_redis_retries_and_says_so(start_worker, tmp_
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     worker = start_worker(url, wait=False)
-    worker.wait_for("Cannot connect to", timeout=30)
-    worker.wait_for("Trying again", timeout=30)
+    worker.wait_for("waiting for Redis at", timeout=30)
     server = start_redis(port, tmp_path)
     try:
         worker.wait_for(" ready.", timeout=60)

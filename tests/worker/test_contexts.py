@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI
 from support import say
 
 from chalk_client import JobResult, JobStatus, Message, ScoringJob, Submission, Transcript
@@ -24,6 +23,7 @@ from chalk_client.judges import (
 )
 from chalk_worker import score_job
 from chalk_worker.contexts import render_contexts
+from chalk_worker.fake_openai import FakeOpenAI
 
 
 @register_context("test_first_submission")

@@ -6,13 +6,14 @@ import asyncio
 import os
 import time
 
-from fake_openai import FakeOpenAI
 from support import say
 
 from chalk_client import JobStatus, ScoringJob
 from chalk_client.judges import RubricJudge
 from chalk_worker import score_job
-from chalk_worker.llm import LLMServer, MemoryRateLimiter, ProcessSlots, llm_pool
+from chalk_worker.fake_openai import FakeOpenAI
+from chalk_worker.llm import LLMServer, ProcessSlots, llm_pool
+from chalk_worker.rate_limit import MemoryRateLimiter
 from chalk_worker.verdict_cache import CachedVerdict, MemoryVerdictCache
 
 
@@ -113,3 +114,13 @@ def test_the_memory_cache_keeps_the_most_recent_verdicts():
 
     a, b, c = asyncio.run(use())
     assert a == CachedVerdict(True, "a") and b is None and c == CachedVerdict(True, "c")
+
+
+def test_without_a_cluster_the_cluster_rate_paces_this_process():
+    with FakeOpenAI() as fake:
+        settings = fake.settings(llm_cluster_requests_per_minute=1200)  # one every 50 ms
+        judge = RubricJudge(rubric=[{"criterion": f"criterion {k}"} for k in range(6)])
+        result = score_job(ScoringJob(transcript=say("x"), judge=judge), settings=settings)
+        assert result.status is JobStatus.SUCCEEDED
+        starts = sorted(seen.started for seen in fake.requests)
+        assert starts[-1] - starts[0] >= 5 * 0.05 * 0.9

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_openai import FakeOpenAI, Reply
-from fake_openai import settings_for as fake_settings
 from support import say
 
 from chalk_client import ChalkSettings, JobResult, JobStatus, Scoring, ScoringJob, Step, Transcript
 from chalk_client.judges import CustomJudge, Judge, RubricJudge, register_judge
 from chalk_worker import score_job, score_job_async
+from chalk_worker.fake_openai import FakeOpenAI, Reply
+from chalk_worker.fake_openai import settings_for as fake_settings
 from chalk_worker.llm import close_llm_clients
 from chalk_worker.verdicts import parse_verdict
 
@@ -77,7 +77,11 @@ def test_each_verdict_and_reason_is_in_the_metadata(fake):
     assert metadata["criterion_2_text"] == "second"
     assert metadata["rubric_model"] == "gpt-4o-mini"
     assert metadata["rubric_calls"] == "2"
+    assert metadata["rubric_cached"] == "0"
     assert metadata["rubric_prompt_tokens"] == "200"
+    assert metadata["rubric_completion_tokens"] == "20"
+    assert metadata["criterion_2_prompt_tokens"] == "100"
+    assert metadata["criterion_2_completion_tokens"] == "10"
 
 
 def test_the_model_comes_from_the_judge_or_the_setting(fake):
@@ -183,6 +187,7 @@ def test_a_non_verdict_is_asked_again_with_a_follow_up(fake):
     follow_up = fake.requests[1].body["messages"]
     assert follow_up[-2] == {"role": "assistant", "content": "Let me think about it."}
     assert "not a verdict" in follow_up[-1]["content"]
+    assert result.scoring.metadata["criterion_1_prompt_tokens"] == "200"  # both replies
 
 
 def test_a_criterion_without_a_verdict_fails_the_job_naming_it(fake):
@@ -339,6 +344,8 @@ def test_a_remembered_verdict_costs_no_call(fake):
     assert second.scoring.score == first.scoring.score == 1.0
     assert second.scoring.metadata["criterion_1"] == "YES: it is there"
     assert second.scoring.metadata["rubric_calls"] == "0"
+    assert second.scoring.metadata["rubric_cached"] == "2"
+    assert second.scoring.metadata["rubric_prompt_tokens"] == "0"
     grade(settings, judge, text + " changed")
     assert fake.calls == 4
 

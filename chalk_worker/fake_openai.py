@@ -1,5 +1,9 @@
 """A fake OpenAI-compatible server on loopback: real HTTP, real sockets, scriptable faults.
 
+Shipped in the package (standard library only) so that the tests, the
+benchmarks (``bench/rubric.py``) and users testing their own rubric judges
+grade against one and the same server, through the real ``openai`` client.
+
 It speaks ``POST /v1/chat/completions`` well enough for the official ``openai``
 client. By default a criterion is met when the first user message of the
 request contains ``(met)``; replies are JSON verdicts when the request asks for
@@ -24,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from chalk_client import ChalkSettings
+
+HOST = "127.0.0.1"
 
 
 @dataclass
@@ -104,7 +110,7 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self.connections: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = _Server((HOST, 0), _Handler)
         self._server.fake = self
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -113,8 +119,7 @@ class FakeOpenAI:
     @property
     def url(self) -> str:
         """The base URL to give the client (``.../v1``)."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{HOST}:{self._server.server_address[1]}/v1"
 
     def __enter__(self) -> FakeOpenAI:
         self._thread.start()
@@ -155,6 +160,7 @@ class FakeOpenAI:
         return reply
 
     def handle(self, handler: _Handler) -> None:
+        """Answer one request (in the server's thread for its connection)."""
         length = int(handler.headers.get("content-length") or 0)
         body = json.loads(handler.rfile.read(length) or b"{}")
         seen = Seen(body=body, started=time.monotonic(), connection=handler.client_address)

@@ -1,0 +1,208 @@
+"""``chalk health``: is the cluster able to score? Redis, the queue, the live workers.
+
+Each worker publishes its presence (``chalk:worker:NODE``, a ``WorkerPresence``
+as JSON) when it is ready and refreshes it while it lives; the key has a TTL,
+so a dead worker drops out by itself. The report reads those keys, Redis's own
+``INFO`` (version, memory, persistence, eviction policy) and the queue: messages
+waiting, messages delivered to workers and not yet acknowledged (kombu's
+``unacked`` hash), jobs holding a lease.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ValidationError
+
+from chalk_client import keys
+from chalk_client.eta import duration
+from chalk_client.store import as_text, reaching, redacted
+
+UNACKED_KEY = "unacked"
+"""kombu's Redis transport: messages delivered to a worker and not acknowledged yet."""
+SAFE_EVICTION = "noeviction"
+"""The only ``maxmemory-policy`` under which Redis never drops a job record."""
+
+
+class WorkerPresence(BaseModel):
+    """What a live worker says of itself in ``chalk:worker:NODE``."""
+
+    node: str
+    """Celery's node name, ``name@host``."""
+    host: str
+    pid: int
+    pool: str
+    """Celery's pool: ``threads`` (the default), ``prefork``, ..."""
+    concurrency: int
+    """Jobs the worker holds at once."""
+    queue: str
+    started: float
+    """When the worker started (Unix time, the worker's clock)."""
+    seen: float
+    """When it last refreshed this record (Unix time, the worker's clock)."""
+    version: str
+    """The chalk-queue version it runs."""
+    sandbox: list[str]
+    """Its sandbox layers, one line each, as ``detect_layers().report()`` words them."""
+    metrics_port: int | None = None
+    """Where it serves Prometheus metrics (``CHALK_METRICS_PORT``), if it does."""
+    running: int | None = None
+    """Jobs it is scoring now (known for the threads pool)."""
+
+
+@dataclass(frozen=True)
+class RedisFacts:
+    """What ``INFO`` says of the cluster's Redis that matters to an operator."""
+
+    version: str
+    used_memory: str
+    maxmemory_policy: str
+    aof: bool
+    aof_fsync: str
+    rdb_save: str
+    """Redis's ``save`` schedule: ``""`` for no RDB snapshots, ``?`` when ``CONFIG`` is refused."""
+
+
+@dataclass
+class HealthReport:
+    """The cluster's state as ``chalk health`` prints it."""
+
+    url: str
+    redis: RedisFacts
+    queue: str
+    waiting: int | None
+    """Messages in the queue; ``None`` when the broker is not this Redis."""
+    unacknowledged: int | None
+    running: int
+    workers: list[WorkerPresence] = field(default_factory=list)
+    now: float = field(default_factory=time.time)
+
+    @property
+    def problems(self) -> list[str]:
+        """What stops the cluster from scoring, in words an operator can act on."""
+        if self.workers:
+            return []
+        return [
+            "no live worker: start one (`chalk worker`, or `docker compose up -d --scale "
+            "worker=3`); queued jobs wait for it"
+        ]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What risks losing work, though the cluster scores now."""
+        found = []
+        if self.redis.maxmemory_policy != SAFE_EVICTION:
+            found.append(
+                f"Redis maxmemory-policy is {self.redis.maxmemory_policy}: when memory runs out "
+                "it may evict job records and results; set it to noeviction"
+            )
+        if not self.redis.aof and not self.redis.rdb_save:
+            found.append(
+                "Redis persists nothing (no AOF, no RDB saves): a Redis restart loses every "
+                "queued job and result; turn on appendonly yes"
+            )
+        return found
+
+    def render(self) -> str:
+        """The report, several lines."""
+        r = self.redis
+        persistence = f"AOF on (appendfsync {r.aof_fsync})" if r.aof else "AOF off"
+        if r.rdb_save == "?":
+            persistence += ", RDB snapshots unknown (CONFIG refused)"
+        elif r.rdb_save:
+            persistence += f", RDB snapshots on ({r.rdb_save})"
+        lines = [
+            f"cluster at {redacted(self.url)}",
+            f"  Redis {r.version}: reachable, {r.used_memory} used, maxmemory-policy "
+            f"{r.maxmemory_policy}, {persistence}",
+        ]
+        waiting = "?" if self.waiting is None else str(self.waiting)
+        unacked = "" if self.unacknowledged is None else f", {self.unacknowledged} delivered"
+        lines.append(
+            f"  queue {self.queue}: {waiting} waiting{unacked}; {self.running} job(s) running"
+        )
+        lines.append(f"  workers: {len(self.workers)} alive")
+        for worker in self.workers:
+            lines.extend(self._worker_lines(worker))
+        lines.extend(f"  PROBLEM: {text}" for text in self.problems)
+        lines.extend(f"  WARNING: {text}" for text in self.warnings)
+        lines.append("  status: " + ("OK" if not self.problems else "NOT OK"))
+        return "\n".join(lines)
+
+    def _worker_lines(self, worker: WorkerPresence) -> list[str]:
+        running = "" if worker.running is None else f", running {worker.running}"
+        metrics = "" if worker.metrics_port is None else f", metrics on :{worker.metrics_port}"
+        up, seen = duration(self.now - worker.started), duration(self.now - worker.seen)
+        head = (
+            f"    {worker.node} (pid {worker.pid}, chalk-queue {worker.version}): "
+            f"{worker.pool} x{worker.concurrency}{running}, up {up}, seen {seen} ago{metrics}"
+        )
+        return [head, *(f"      {line}" for line in worker.sandbox)]
+
+
+def read_workers(client: redis.Redis) -> list[WorkerPresence]:
+    """Every live worker's presence, by node name (records that do not parse are skipped)."""
+    names = sorted(as_text(name) for name in client.scan_iter(keys.WORKER_PREFIX + "*", 500))
+    if not names:
+        return []
+    raws: Any = client.mget(names)
+    workers = []
+    for raw in raws:
+        if raw is None:
+            continue  # expired between the scan and the read
+        try:
+            workers.append(WorkerPresence.model_validate_json(raw))
+        except ValidationError:
+            continue
+    return workers
+
+
+def _config(client: redis.Redis, name: str) -> str:
+    """A Redis setting, or ``?`` where ``CONFIG`` is refused (an ACL, a managed Redis)."""
+    try:
+        found: Any = client.config_get(name)
+    except redis.ResponseError:
+        return "?"
+    return str(found.get(name, "?"))
+
+
+def redis_facts(client: redis.Redis) -> RedisFacts:
+    """The operator's view of ``INFO`` and of the persistence settings."""
+    try:
+        info: Any = client.info()
+    except redis.ResponseError:  # refused by an ACL
+        info = {}
+    return RedisFacts(
+        version=str(info.get("redis_version", "?")),
+        used_memory=str(info.get("used_memory_human", "?")),
+        maxmemory_policy=str(info.get("maxmemory_policy", "?")),
+        aof=bool(info.get("aof_enabled")),
+        aof_fsync=_config(client, "appendfsync"),
+        rdb_save=_config(client, "save").strip(),
+    )
+
+
+def check_health(
+    client: redis.Redis, url: str, queue: str, *, broker_is_redis: bool = True
+) -> HealthReport:
+    """Look at Redis, the queue and the workers; raises ``QueueUnavailableError`` if unreachable."""
+    with reaching(url):
+        facts = redis_facts(client)
+        pipe = client.pipeline(transaction=False)
+        pipe.llen(queue)
+        pipe.hlen(UNACKED_KEY)
+        pipe.zcard(keys.RUNNING)
+        waiting, unacked, running = pipe.execute()
+        workers = read_workers(client)
+    return HealthReport(
+        url=url,
+        redis=facts,
+        queue=queue,
+        waiting=int(waiting) if broker_is_redis else None,
+        unacknowledged=int(unacked) if broker_is_redis else None,
+        running=int(running),
+        workers=workers,
+    )

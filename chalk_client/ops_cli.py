@@ -1,0 +1,126 @@
+"""The operator's commands of ``chalk``: ``health``, ``purge``, ``retry --failed``.
+
+Each needs the cluster (``CHALK_REDIS_URL``) and returns an exit status:
+``health`` 0 when the cluster can score and 1 when it cannot (no live worker);
+``purge`` and ``retry`` 0 when done, 2 when refused. An unreachable Redis is
+reported by ``chalk`` itself (status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from chalk_client.client import ChalkClient
+from chalk_client.eta import batch_progress
+from chalk_client.health import check_health
+from chalk_client.purge import purge_batch, purge_queue
+from chalk_client.retry import retry_failed
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import redacted
+from chalk_client.summary import BatchSummary
+
+COMMANDS = ("health", "purge", "retry")
+"""The subcommands this module adds to ``chalk``."""
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``health``, ``purge`` and ``retry`` to ``chalk``'s subcommands."""
+    commands.add_parser(
+        "health",
+        help="is the cluster able to score: Redis, queue, live workers and their sandboxes",
+    )
+    purge = commands.add_parser(
+        "purge",
+        help="take jobs that have not started off the cluster (they end failed: purged)",
+        description=(
+            "Without BATCH, empty the queue: the job of every queued message is purged. With "
+            "BATCH, purge that batch's jobs that have not started. Purged jobs get a failed "
+            "result saying so; `chalk retry --failed BATCH` scores them later. Jobs being "
+            "scored, and jobs with a result, are left alone."
+        ),
+    )
+    purge.add_argument("batch", nargs="?", help="only this batch's jobs")
+    purge.add_argument("--yes", action="store_true", help="do it (without it, nothing is done)")
+    retry = commands.add_parser(
+        "retry",
+        help="score again the jobs of a batch whose result is failed",
+        description="Send the failed jobs of BATCH again, as a new batch; the rest stay as is.",
+    )
+    retry.add_argument("--failed", metavar="BATCH", required=True, help="the batch to retry")
+    retry.add_argument("--wait", action="store_true", help="wait for them and print a summary")
+
+
+def _cluster(command: str) -> ChalkClient | None:
+    settings = ChalkSettings()
+    if settings.redis_url:
+        return ChalkClient(settings=settings)
+    print(
+        f"chalk {command}: set CHALK_REDIS_URL to the cluster's Redis, e.g. "
+        "CHALK_REDIS_URL=redis://127.0.0.1:6379/0",
+        file=sys.stderr,
+    )
+    return None
+
+
+def _health(client: ChalkClient) -> int:
+    settings = client.settings
+    broker_is_redis = not settings.broker_url or settings.broker_url == client.redis_url
+    report = check_health(
+        client.store.redis, client.redis_url, settings.queue, broker_is_redis=broker_is_redis
+    )
+    print(report.render())
+    return 1 if report.problems else 0
+
+
+def _purge(client: ChalkClient, args: argparse.Namespace) -> int:
+    if args.batch:
+        if not args.yes:
+            print(
+                f"chalk purge: would purge the jobs of batch {args.batch} that have not "
+                "started; run again with --yes to do it",
+                file=sys.stderr,
+            )
+            return 2
+        print(purge_batch(client, args.batch).render(f"batch {args.batch}"))
+        return 0
+    if not args.yes:
+        waiting = client.store.queue_length()
+        print(
+            f"chalk purge: would empty queue {client.settings.queue} at "
+            f"{redacted(client.redis_url)} ({waiting} message(s)) and purge their jobs; run "
+            "again with --yes to do it",
+            file=sys.stderr,
+        )
+        return 2
+    print(purge_queue(client).render(f"queue {client.settings.queue}"))
+    return 0
+
+
+def _retry(client: ChalkClient, args: argparse.Namespace) -> int:
+    report = retry_failed(client, args.failed)
+    print(report.render())
+    if args.wait and report.retry is not None:
+        report.retry.wait()
+        print(report.retry.summary().render())
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``chalk health``, ``chalk purge`` or ``chalk retry``."""
+    client = _cluster(args.command)
+    if client is None:
+        return 2
+    with client:
+        if args.command == "health":
+            return _health(client)
+        if args.command == "purge":
+            return _purge(client, args)
+        return _retry(client, args)
+
+
+def eta_line(client: ChalkClient, summary: BatchSummary) -> str | None:
+    """The batch's pace and ETA for ``chalk status BATCH`` (``None`` if unknown)."""
+    progress = batch_progress(client.store, summary)
+    return None if progress is None else progress.render()
