@@ -94,7 +94,8 @@ START = Script(
     "start",
     """
 -- KEYS: job, result, owner, running, attempts
--- ARGV: id, owner token, lease ms, ttl, blob key prefix
+-- ARGV: id, owner token, lease ms, ttl, blob key prefix, largest archive returned inline
+-- A larger archive is left in Redis for the worker to read in pieces ('large').
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
 local rec = redis.call('HMGET', KEYS[1], 'job', 'blob')
 if not rec[1] then return {'missing'} end
@@ -112,9 +113,10 @@ local n = redis.call('INCR', KEYS[5])
 redis.call('EXPIRE', KEYS[5], tonumber(ARGV[4]))
 local digest = rec[2] or ''
 if digest == '' then return {'start', n, rec[1], 'none', ''} end
-local data = redis.call('GET', ARGV[5] .. digest)
-if not data then return {'start', n, rec[1], 'missing', digest} end
-return {'start', n, rec[1], 'ok', data}
+local size = redis.call('STRLEN', ARGV[5] .. digest)
+if size == 0 then return {'start', n, rec[1], 'missing', digest} end
+if size > tonumber(ARGV[6]) then return {'start', n, rec[1], 'large', digest} end
+return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[5] .. digest)}
 """,
 )
 

@@ -10,8 +10,10 @@ A lost connection to Redis is retried, and said so in the log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -31,6 +33,7 @@ from chalk_worker import metrics
 from chalk_worker.leases import LeaseStore, Start
 from chalk_worker.process_loop import process_loop
 from chalk_worker.runner import score_job_async
+from chalk_worker.workdirs import make_job_dir
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -219,9 +222,28 @@ class WorkerRuntime:
             return failed(f"the job's record in Redis is not a valid job: {exc}")
         if job.id != job_id:
             return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
-        return await score_job_async(
-            job, settings=self.settings, attempts=start.attempts, worker=worker
-        )
+        if start.blob != "large":
+            return await score_job_async(
+                job, settings=self.settings, attempts=start.attempts, worker=worker
+            )
+        # A large archive goes to disk in pieces and is unpacked from there.
+        spool = make_job_dir(self.settings)
+        try:
+            archive = spool / "submission.tar"
+            if not await asyncio.to_thread(self.leases.download, start.digest, archive):
+                return failed(
+                    "the job's submission archive is no longer in Redis (kept CHALK_BLOB_TTL_S "
+                    "seconds); submit the job again with retry_failed=True"
+                )
+            return await score_job_async(
+                job,
+                settings=self.settings,
+                attempts=start.attempts,
+                worker=worker,
+                archive_file=archive,
+            )
+        finally:
+            await asyncio.to_thread(shutil.rmtree, spool, True)
 
 
 _lock = threading.Lock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -21,6 +22,11 @@ from chalk_client.jobs import JobResult
 from chalk_client.scripts import ALL, FINISH, HEARTBEAT, REAP, START, Script
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import merge_replies, run_script
+
+INLINE_ARCHIVE_BYTES = 1 << 20
+"""Archives up to this size come back with the lease; larger ones are read in pieces."""
+DOWNLOAD_PIECE_BYTES = 1 << 20
+"""Bytes read per round trip when copying a large archive out of Redis."""
 
 REAP_BATCH = 100
 """Most expired leases one reap takes."""
@@ -39,8 +45,11 @@ class Start:
     attempts: int = 0
     record: bytes = b""
     blob: str = "none"
-    """``none`` (no submission), ``ok`` or ``missing`` (the archive expired)."""
+    """``none`` (no submission), ``ok``, ``large`` (read it with ``download``) or
+    ``missing`` (the archive expired)."""
     archive: bytes | None = None
+    digest: str = ""
+    """The archive's content hash, for ``large`` and ``missing``."""
     holder: str = ""
 
 
@@ -96,7 +105,7 @@ class LeaseStore:
                 keys.RUNNING,
                 keys.attempts(job_id),
             ],
-            [job_id, owner, self.lease_ms, self.keep_s, keys.BLOB_PREFIX],
+            [job_id, owner, self.lease_ms, self.keep_s, keys.BLOB_PREFIX, INLINE_ARCHIVE_BYTES],
         )
 
     @staticmethod
@@ -108,8 +117,9 @@ class LeaseStore:
         if outcome != "start":
             return Start(outcome)
         blob = _text(reply[3])
-        archive = reply[4] if blob == "ok" else None
-        return Start(outcome, int(reply[1]), reply[2], blob, archive)
+        if blob == "ok":
+            return Start(outcome, int(reply[1]), reply[2], blob, reply[4])
+        return Start(outcome, int(reply[1]), reply[2], blob, None, _text(reply[4]))
 
     def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:
         """Queue the finish script: write the one result, free the lease, tell the waiters."""
@@ -127,6 +137,24 @@ class LeaseStore:
         if isinstance(reply, Exception):
             raise reply
         return self.parse_start(reply)
+
+    def download(self, digest: str, path: Path) -> bool:
+        """Copy a stored archive to ``path`` in pieces (``False`` if it is gone).
+
+        A large archive never sits whole in this process's memory: a single reply
+        would be held twice, by the reader's buffer and by the reply itself.
+        """
+        key = keys.BLOB_PREFIX + digest
+        size = int(self.redis.strlen(key))
+        if size == 0:
+            return False
+        with open(path, "wb") as out:
+            for start in range(0, size, DOWNLOAD_PIECE_BYTES):
+                piece = self.redis.getrange(key, start, start + DOWNLOAD_PIECE_BYTES - 1)
+                if not isinstance(piece, bytes) or not piece:
+                    return False
+                out.write(piece)
+        return path.stat().st_size == size
 
     def finish(self, result: JobResult, owner: str) -> bool:
         """Write the job's one result and tell its waiters; ``False`` if it already had one."""

@@ -8,7 +8,9 @@ means the system could not score, and ``error`` says why.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import mmap
 import os
 import shutil
 import socket
@@ -80,18 +82,28 @@ def _needs_folder(job: ScoringJob) -> bool:
     return job.submission is not None or any(_uses_files(s.judge) for s in job.scored_steps())
 
 
-def _collect(job: ScoringJob, job_dir: Path, limits: ResolvedLimits) -> list[Path]:
+def _collect(
+    job: ScoringJob, job_dir: Path, limits: ResolvedLimits, archive_file: Path | None
+) -> list[Path]:
     submission_dir = job_dir / "submission"
     submission_dir.mkdir()
-    if job.submission is None:
-        return []
-    return unpack_submission(
-        job.submission.archive_bytes(),
-        submission_dir,
+    unpack = functools.partial(
+        unpack_submission,
+        dest=submission_dir,
         max_bytes=limits.unpack_bytes,
         max_entries=limits.unpack_entries,
         max_depth=limits.unpack_depth,
     )
+    if archive_file is not None:
+        # Mapped, not read: a large archive is never one more copy in memory.
+        with open(archive_file, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size == 0:
+                return unpack(b"")
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return unpack(mapped)
+    if job.submission is None:
+        return []
+    return unpack(job.submission.archive_bytes())
 
 
 async def _score_steps(
@@ -99,6 +111,7 @@ async def _score_steps(
     job_dir: Path | None,
     limits: ResolvedLimits,
     settings: ChalkSettings,
+    archive_file: Path | None,
 ) -> tuple[list[Scoring], dict[str, float]]:
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -107,7 +120,9 @@ async def _score_steps(
     folder = job_dir or NO_FOLDER
     submission_dir = folder / "submission"
     try:
-        files = await asyncio.to_thread(_collect, job, job_dir, limits) if job_dir else []
+        files = (
+            await asyncio.to_thread(_collect, job, job_dir, limits, archive_file) if job_dir else []
+        )
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
         return [Scoring.fail("misbehavior", str(exc))], timings
@@ -142,8 +157,13 @@ async def score_job_async(
     settings: ChalkSettings | None = None,
     attempts: int = 1,
     worker: str | None = None,
+    archive_file: Path | None = None,
 ) -> JobResult:
-    """Score one job in this process's event loop; see ``score_job``."""
+    """Score one job in this process's event loop; see ``score_job``.
+
+    ``archive_file`` holds the submission on disk instead of ``job.submission``
+    (a worker streams large archives from Redis there).
+    """
     settings = settings or ChalkSettings()
     job = job.with_id()
     assert job.id is not None
@@ -152,10 +172,11 @@ async def score_job_async(
     steps: list[Scoring] = []
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
-    job_dir = make_job_dir(settings) if _needs_folder(job) else None
+    needs_folder = archive_file is not None or _needs_folder(job)
+    job_dir = make_job_dir(settings) if needs_folder else None
     try:
         limits = settings.resolve(job.limits)
-        steps, timings = await _score_steps(job, job_dir, limits, settings)
+        steps, timings = await _score_steps(job, job_dir, limits, settings, archive_file)
     except JudgeError as exc:
         status, error = JobStatus.FAILED, str(exc)
     except Exception as exc:

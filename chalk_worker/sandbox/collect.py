@@ -12,6 +12,7 @@ from __future__ import annotations
 import bz2
 import contextlib
 import lzma
+import mmap
 import os
 import re
 import shutil
@@ -84,12 +85,16 @@ _FORMATS: tuple[tuple[bytes, Callable[[], _Decompressor]], ...] = (
 )
 
 
+Archive = bytes | mmap.mmap
+"""The archive in memory, or a file mapped into it (pages are read as they are needed)."""
+
+
 def _decompressed(
-    archive: bytes, magic: bytes, new: Callable[[], _Decompressor]
+    archive: Archive, magic: bytes, new: Callable[[], _Decompressor]
 ) -> Iterator[bytes]:
     """Yield the archive decompressed in pieces of at most ``_CHUNK`` bytes, stream by stream."""
     position = 0
-    while archive.startswith(magic, position):
+    while archive[position : position + len(magic)] == magic:
         decompressor = new()
         while not decompressor.eof:
             data = b""
@@ -102,13 +107,13 @@ def _decompressed(
         position -= len(decompressor.unused_data)
 
 
-def _pieces(archive: bytes) -> Iterator[bytes]:
+def _pieces(archive: Archive) -> Iterator[bytes]:
     """The tar stream inside ``archive``: decompressed if its magic bytes say so."""
     plain = (archive[i : i + _CHUNK] for i in range(0, len(archive), _CHUNK))
     if _header_checksum_ok(archive[:_BLOCK]):  # a plain tar whose first name is "BZh..."
         return plain
     for magic, new in _FORMATS:
-        if archive.startswith(magic):
+        if archive[: len(magic)] == magic:
             return _decompressed(archive, magic, new)
     return plain
 
@@ -351,7 +356,7 @@ def _unpack(reader: _Reader, tree: _Tree, max_depth: int) -> None:
 
 
 def unpack_submission(
-    archive: bytes, dest: Path, *, max_bytes: int, max_entries: int, max_depth: int
+    archive: Archive, dest: Path, *, max_bytes: int, max_entries: int, max_depth: int
 ) -> list[Path]:
     """Unpack an untrusted tar archive (plain, gzip, bzip2 or xz) into the empty folder ``dest``.
 
