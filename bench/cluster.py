@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,3 +115,24 @@ def chalk_workers(
             argv += [*pool, "-n", f"chalk{n}@%h"]
             stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url}))
         yield
+
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """The worker flags every queue benchmark takes: pool, concurrency, worker count."""
+    parser.add_argument("--pool", default="threads")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes of each kind")
+
+
+def pool_flags(args: argparse.Namespace) -> list[str]:
+    """The Celery flags for the pool ``add_pool_arguments`` parsed."""
+    return ["--pool", args.pool, "--concurrency", str(args.concurrency)]
+
+
+def raw_noop(url: str) -> Any:
+    """The raw Celery baseline's no-op task, pointed at ``url``."""
+    os.environ["BENCH_REDIS_URL"] = url
+    from bench.raw_app import app, noop
+
+    app.conf.broker_url = app.conf.result_backend = url
+    return noop

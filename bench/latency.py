@@ -15,7 +15,14 @@ import statistics
 import time
 from collections.abc import Callable
 
-from bench.cluster import chalk_workers, raw_workers, redis_server
+from bench.cluster import (
+    add_pool_arguments,
+    chalk_workers,
+    pool_flags,
+    raw_noop,
+    raw_workers,
+    redis_server,
+)
 from bench.suite import Figure
 
 
@@ -34,12 +41,7 @@ def measure(
 ) -> tuple[list[list[float]], list[list[float]]]:
     """Seconds of each round trip, per round: raw Celery, then Chalk, on one private Redis."""
     with redis_server() as url:
-        import os
-
-        os.environ["BENCH_REDIS_URL"] = url
-        from bench.raw_app import app, noop
-
-        app.conf.broker_url = app.conf.result_backend = url
+        noop = raw_noop(url)
         with raw_workers(url, pool, workers):
             timed(lambda: noop.delay().get(timeout=60), 20)  # warm-up
             raw = [timed(lambda: noop.delay().get(timeout=60), requests) for _ in range(rounds)]
@@ -78,11 +80,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pool", default="threads")
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=1, help="worker processes of each kind")
+    add_pool_arguments(parser)
     args = parser.parse_args()
-    pool = ["--pool", args.pool, "--concurrency", str(args.concurrency)]
+    pool = pool_flags(args)
     raw, chalk = measure(args.requests, args.rounds, pool, args.workers)
 
     def ms(values: list[float]) -> str:

@@ -18,7 +18,14 @@ import argparse
 import statistics
 import time
 
-from bench.cluster import chalk_workers, raw_workers, redis_server
+from bench.cluster import (
+    add_pool_arguments,
+    chalk_workers,
+    pool_flags,
+    raw_noop,
+    raw_workers,
+    redis_server,
+)
 from bench.suite import Figure
 
 
@@ -50,12 +57,7 @@ def measure(
 ) -> tuple[list[float], list[float]]:
     """Jobs/s of each round, raw Celery then Chalk, on one private redis-server."""
     with redis_server() as url:
-        import os
-
-        os.environ["BENCH_REDIS_URL"] = url
-        from bench.raw_app import app, noop
-
-        app.conf.broker_url = app.conf.result_backend = url
+        noop = raw_noop(url)
         with raw_workers(url, pool, workers):
             noop.delay().get(timeout=60)  # warm-up: the worker is ready
             raw = [raw_round(jobs) for _ in range(rounds)]
@@ -88,11 +90,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pool", default="threads")
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=1, help="worker processes of each kind")
+    add_pool_arguments(parser)
     args = parser.parse_args()
-    pool = ["--pool", args.pool, "--concurrency", str(args.concurrency)]
+    pool = pool_flags(args)
     raw, chalk = measure(args.jobs, args.rounds, pool, args.workers)
     raw_best, chalk_best = max(raw), max(chalk)
     print(
