@@ -181,8 +181,13 @@ def test_flower_shows_each_job_its_batch_and_failures(ops_redis, start_worker, f
     detail = get_json(f"{base}/api/task/info/{broken['uuid']}")
     assert detail["args"] == "['rollout-broken']"
 
-    known = get_json(f"{base}/api/workers?refresh=1")
-    assert {f"{w.name}@{os.uname().nodename}" for w in workers} <= set(known)
+    # Flower asks the workers by broadcast and keeps whoever answers within its timeout; a
+    # worker busy at that instant answers the next ask.
+    names = {f"{w.name}@{os.uname().nodename}" for w in workers}
+    deadline = time.monotonic() + 30
+    while not names <= set(known := get_json(f"{base}/api/workers?refresh=1")):
+        assert time.monotonic() < deadline, (names, known)
+        time.sleep(0.5)
 
     status, metrics = get(f"{base}/metrics")
     assert status == 200
