@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import redis
@@ -66,3 +67,31 @@ def test_scripts_are_loaded_again_after_redis_forgets_them(own_redis_url):
     redis.Redis.from_url(own_redis_url).script_flush()
     client = ChalkClient(own_redis_url, settings=ChalkSettings(queue="no-worker-here"))
     assert client.submit(ScoringJob(id="k", judge=AlwaysPassJudge())).job_id == "k"
+
+
+def test_jobs_started_and_finished_at_once_by_many_threads_each_get_their_own_reply(
+    own_redis_url,
+):
+    settings = ChalkSettings(lease_s=30, queue="no-worker-here")
+    ids = [f"job-{i}" for i in range(64)]
+    ChalkClient(own_redis_url, settings=settings).submit_batch(
+        [ScoringJob(id=job_id, judge=AlwaysPassJudge()) for job_id in ids]
+    )
+    leases = LeaseStore(redis.Redis.from_url(own_redis_url), settings)
+    barrier = threading.Barrier(len(ids))
+    seen: dict[str, tuple[str, str, bool, bool]] = {}
+
+    def one(job_id: str) -> None:
+        barrier.wait()
+        start = leases.start(job_id, "worker-a")
+        record = ScoringJob.model_validate_json(start.record).id
+        finished = leases.finish(result(job_id, "worker-a"), "worker-a")
+        again = leases.finish(result(job_id, "worker-a"), "worker-a")
+        seen[job_id] = (start.outcome, record or "", finished, again)
+
+    threads = [threading.Thread(target=one, args=(job_id,)) for job_id in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen == {job_id: ("start", job_id, True, False) for job_id in ids}

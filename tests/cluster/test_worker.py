@@ -240,3 +240,18 @@ def test_chalk_worker_needs_a_redis_url():
     )
     assert run.returncode == 2
     assert "CHALK_REDIS_URL" in run.stderr
+
+
+def test_the_transport_reuses_one_redis_client_per_connection_pool(own_redis_url):
+    from kombu import Connection
+
+    with Connection(own_redis_url, transport="chalk_worker.transport:Transport") as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second  # acks and events no longer build a client each
+            assert first.ping()
+        channel._disconnect_pools()  # what kombu does when the connection is lost
+        with channel.conn_or_acquire() as after:
+            assert after is not first and after.connection_pool is channel.pool
+            assert after.set("reconnected", "yes")
+    assert redis.Redis.from_url(own_redis_url).get("reconnected") == b"yes"
