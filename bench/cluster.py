@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -94,27 +95,31 @@ COMMON = ["--loglevel", "WARNING", "--without-mingle", "--without-gossip"]
 
 
 @contextmanager
-def raw_workers(url: str, pool: list[str], count: int = 1) -> Iterator[None]:
-    """``count`` raw Celery baseline workers."""
+def raw_workers(
+    url: str, pool: list[str], count: int = 1
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` raw Celery baseline workers; yields their processes."""
     with ExitStack() as stack:
+        procs = []
         for n in range(count):
             argv = [sys.executable, "-m", "celery", "-A", "bench.raw_app", "worker", *COMMON]
             argv += [*pool, "-n", f"raw{n}@%h"]
-            stack.enter_context(worker(argv, {"BENCH_REDIS_URL": url}))
-        yield
+            procs.append(stack.enter_context(worker(argv, {"BENCH_REDIS_URL": url})))
+        yield procs
 
 
 @contextmanager
 def chalk_workers(
     url: str, pool: list[str], count: int = 1, env: dict[str, str] | None = None
-) -> Iterator[None]:
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` Chalk workers, as ``chalk worker`` starts them (``env`` added to theirs)."""
     with ExitStack() as stack:
+        procs = []
         for n in range(count):
             argv = [sys.executable, "-m", "chalk_client.cli", "worker", *COMMON]
             argv += [*pool, "-n", f"chalk{n}@%h"]
-            stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url}))
-        yield
+            procs.append(stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url})))
+        yield procs
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,3 +141,31 @@ def raw_noop(url: str) -> Any:
 
     app.conf.broker_url = app.conf.result_backend = url
     return noop
+
+
+def cpu_seconds(url: str, procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process, the workers and Redis.
+
+    A worker's figure includes its pool's child processes (prefork), living or reaped;
+    Redis reports its own (``INFO cpu``).
+    """
+    import psutil
+    import redis
+
+    def tree(pid: int) -> float:
+        proc = psutil.Process(pid)
+        times = proc.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child_times = child.cpu_times()
+                total += child_times.user + child_times.system
+        return total
+
+    own = psutil.Process().cpu_times()  # not its children: the workers and Redis are
+    info = redis.Redis.from_url(url).info("cpu")
+    return {
+        "client": own.user + own.system,
+        "workers": sum(tree(proc.pid) for proc in procs),
+        "redis": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+    }

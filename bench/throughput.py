@@ -6,7 +6,9 @@ by default), one at a time so they do not share the CPU:
 - raw Celery: ``noop.delay()`` N times, then ``.get()`` on each;
 - Chalk: ``submit_batch`` of N always-pass jobs, then ``.results()``.
 
-Prints jobs/s for each and the ratio Chalk / raw (the goal is >= 1.0).
+Prints jobs/s for each, the ratio Chalk / raw (the goal is >= 1.0), and the CPU
+time each side spent per job in the client (this process), the workers and Redis:
+on a machine with fewer cores than busy processes, that is what sets the rate.
 
     .venv/bin/python -m bench.throughput [--jobs 2000] [--rounds 3]
                                          [--pool threads] [--concurrency 64] [--workers 1]
@@ -17,10 +19,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from bench.cluster import (
     add_pool_arguments,
     chalk_workers,
+    cpu_seconds,
     pool_flags,
     raw_noop,
     raw_workers,
@@ -52,22 +58,38 @@ def chalk_round(client: object, jobs: int) -> float:
     return jobs / (time.perf_counter() - started)
 
 
-def measure(
-    jobs: int, rounds: int, pool: list[str], workers: int
-) -> tuple[list[float], list[float]]:
-    """Jobs/s of each round, raw Celery then Chalk, on one private redis-server."""
+@dataclass
+class Side:
+    """One side's rounds: jobs/s each, and CPU seconds per job by process."""
+
+    rates: list[float] = field(default_factory=list)
+    cpu_per_job: dict[str, float] = field(default_factory=dict)
+
+    def run(
+        self, url: str, procs: list[Any], jobs: int, rounds: int, one: Callable[[], float]
+    ) -> None:
+        """Run ``rounds`` rounds of ``one()``, adding up the CPU time they used."""
+        before = cpu_seconds(url, procs)
+        self.rates = [one() for _ in range(rounds)]
+        after = cpu_seconds(url, procs)
+        self.cpu_per_job = {k: (after[k] - before[k]) / (jobs * rounds) for k in after}
+
+
+def measure(jobs: int, rounds: int, pool: list[str], workers: int) -> tuple[Side, Side]:
+    """Raw Celery's rounds, then Chalk's, on one private redis-server."""
+    raw, chalk = Side(), Side()
     with redis_server() as url:
         noop = raw_noop(url)
-        with raw_workers(url, pool, workers):
+        with raw_workers(url, pool, workers) as procs:
             noop.delay().get(timeout=60)  # warm-up: the worker is ready
-            raw = [raw_round(jobs) for _ in range(rounds)]
+            raw.run(url, procs, jobs, rounds, lambda: raw_round(jobs))
 
         from chalk_client import ChalkClient, ScoringJob
         from chalk_client.judges import AlwaysPassJudge
 
-        with chalk_workers(url, pool, workers), ChalkClient(url) as client:
+        with chalk_workers(url, pool, workers) as procs, ChalkClient(url) as client:
             client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=60)
-            chalk = [chalk_round(client, jobs) for _ in range(rounds)]
+            chalk.run(url, procs, jobs, rounds, lambda: chalk_round(client, jobs))
     return raw, chalk
 
 
@@ -78,9 +100,9 @@ def figures(smoke: bool = False) -> list[Figure]:
     return [
         Figure(
             name=f"batch throughput, {jobs} trivial jobs",
-            value=f"{statistics.median(chalk):.0f} jobs/s",
-            baseline=f"raw Celery {statistics.median(raw):.0f} jobs/s",
-            ratio=statistics.median(chalk) / statistics.median(raw),
+            value=f"{statistics.median(chalk.rates):.0f} jobs/s",
+            baseline=f"raw Celery {statistics.median(raw.rates):.0f} jobs/s",
+            ratio=statistics.median(chalk.rates) / statistics.median(raw.rates),
             goal=">= 1.0",
         )
     ]
@@ -94,16 +116,19 @@ def main() -> None:
     args = parser.parse_args()
     pool = pool_flags(args)
     raw, chalk = measure(args.jobs, args.rounds, pool, args.workers)
-    raw_best, chalk_best = max(raw), max(chalk)
+    raw_best, chalk_best = max(raw.rates), max(chalk.rates)
     print(
         f"{args.workers} worker process(es), pool {args.pool}, concurrency {args.concurrency}; "
         f"{args.jobs} jobs x {args.rounds} rounds"
     )
-    print(f"raw Celery no-op (delay + get): {', '.join(f'{r:.0f}' for r in raw)} jobs/s")
-    print(f"Chalk (submit_batch + results): {', '.join(f'{r:.0f}' for r in chalk)} jobs/s")
+    for name, side in (("raw Celery no-op (delay + get)", raw), ("Chalk (submit_batch)", chalk)):
+        cpu = ", ".join(f"{k} {v * 1e6:.0f}" for k, v in side.cpu_per_job.items())
+        rates = ", ".join(f"{r:.0f}" for r in side.rates)
+        print(f"{name}: {rates} jobs/s; CPU per job (µs): {cpu}")
     print(
         f"throughput ratio Chalk/raw: best {chalk_best / raw_best:.2f}, "
-        f"median {statistics.median(chalk) / statistics.median(raw):.2f} (goal >= 1.0)"
+        f"median {statistics.median(chalk.rates) / statistics.median(raw.rates):.2f} "
+        "(goal >= 1.0)"
     )
 
 
