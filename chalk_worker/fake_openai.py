@@ -53,6 +53,10 @@ class Seen:
     body: dict[str, Any]
     started: float
     connection: tuple[str, int]
+    raw: bytes = b""
+    """The request body as sent."""
+    path: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def prompt(self) -> str:
@@ -162,8 +166,16 @@ class FakeOpenAI:
     def handle(self, handler: _Handler) -> None:
         """Answer one request (in the server's thread for its connection)."""
         length = int(handler.headers.get("content-length") or 0)
-        body = json.loads(handler.rfile.read(length) or b"{}")
-        seen = Seen(body=body, started=time.monotonic(), connection=handler.client_address)
+        raw = handler.rfile.read(length)
+        body = json.loads(raw or b"{}")
+        seen = Seen(
+            body=body,
+            started=time.monotonic(),
+            connection=handler.client_address,
+            raw=raw,
+            path=handler.path,
+            headers=dict(handler.headers.items()),
+        )
         with self._lock:
             self.requests.append(seen)
             self.connections.add(handler.client_address)

@@ -124,3 +124,39 @@ def test_without_a_cluster_the_cluster_rate_paces_this_process():
         assert result.status is JobStatus.SUCCEEDED
         starts = sorted(seen.started for seen in fake.requests)
         assert starts[-1] - starts[0] >= 5 * 0.05 * 0.9
+
+
+def test_the_pool_sends_what_chat_completions_create_would_send():
+    # The pool posts the request itself (skipping the SDK's typed-dict walk): the
+    # server must see the very bytes and headers that ``create`` sends.
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    from chalk_worker.verdicts import RESPONSE_FORMAT, build_messages
+
+    request = {
+        "model": "judge-model",
+        "messages": build_messages("cites a source", "user: é\x00 \U0001f600", structured=True),
+        "response_format": RESPONSE_FORMAT,
+        "temperature": 0.0,
+    }
+    with FakeOpenAI() as fake:
+        settings = fake.settings()
+        server = LLMServer.from_settings(settings)
+
+        async def both() -> tuple[ChatCompletion, ChatCompletion]:
+            pool = llm_pool(settings)
+            ours = await pool.complete(server, timeout_s=10, **request)
+            sdk = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key)
+            theirs = await sdk.chat.completions.create(timeout=10, **request)  # type: ignore[call-overload]
+            await sdk.close()
+            await pool.close()
+            return ours, theirs
+
+        ours, theirs = asyncio.run(both())
+        assert isinstance(ours, ChatCompletion)
+        assert ours.choices[0].message.content == theirs.choices[0].message.content
+        first, second = fake.requests
+        assert first.raw == second.raw
+        assert first.path == second.path == "/v1/chat/completions"
+        assert first.headers == second.headers
