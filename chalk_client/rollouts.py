@@ -81,6 +81,9 @@ def read_rollouts(
             except ValueError as exc:
                 yield BadLine(number, f"not valid JSON: {exc}")
                 continue
+            except RecursionError:
+                yield BadLine(number, "its JSON is nested too deeply to read")
+                continue
             if not isinstance(data, dict):
                 yield BadLine(number, "a rollout line must be a JSON object (a ScoringJob)")
                 continue
@@ -88,9 +91,14 @@ def read_rollouts(
             if data.get("id") is None:
                 data["id"] = stable_id(raw)
             try:
-                yield ScoringJob.model_validate(data)
+                job = ScoringJob.model_validate(data)
             except ValidationError as exc:
                 yield BadLine(number, str(exc))
+                continue
+            except RecursionError:
+                yield BadLine(number, "a value in it is nested too deeply to read")
+                continue
+            yield job
 
 
 def scored_ids(path: str | os.PathLike[str]) -> set[str]:

@@ -8,13 +8,29 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+TOO_DEEP = "(a value nested too deeply to show)"
+
 
 def _as_text(value: Any) -> str:
+    """A metadata value as text: JSON for dicts and lists, ``str`` for the rest.
+
+    Whatever a judge returns becomes some text: keys of mixed types are left in their
+    order, values JSON cannot hold are shown with ``str``, a structure that contains
+    itself with ``repr``, and one nested too deeply for either as ``TOO_DEEP``.
+    """
     if isinstance(value, str):
         return value
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return str(value)
+    try:
+        if isinstance(value, (dict, list)):
+            try:
+                return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+            except TypeError:  # keys that cannot be sorted together
+                return json.dumps(value, ensure_ascii=False, default=str)
+        return str(value)
+    except ValueError:  # a structure that contains itself
+        return repr(value)
+    except RecursionError:
+        return TOO_DEEP
 
 
 class Scoring(BaseModel):

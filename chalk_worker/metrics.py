@@ -162,8 +162,8 @@ def sandbox_run(outcome: ProcessOutcome) -> None:
     elif outcome.memory_exceeded:
         kind = "out_of_memory"
         SANDBOX_KILLS.labels(reason="memory").inc()
-    elif outcome.returncode is not None and outcome.returncode < 0:
-        kind = "signal"
+    elif outcome.returncode is not None and (outcome.returncode < 0 or outcome.maybe_signal):
+        kind = "signal"  # under bubblewrap, also a script that exits with 129 to 192
     else:
         kind = "exited"
     SANDBOX_RUNS.labels(outcome=kind).inc()

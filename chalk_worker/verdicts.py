@@ -91,7 +91,7 @@ def parse_verdict(content: str | None) -> tuple[bool, str] | None:
     text = fenced.group(1) if fenced else content
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read
         data = None
     if isinstance(data, dict):
         verdict, reason = data.get("verdict"), data.get("reason", "")
@@ -196,7 +196,7 @@ async def ask_verdict(
                 f"the LLM server at {server.base_url} did not answer (model {model!r}, "
                 f"{server.max_retries} retries): {describe_failure(exc)}"
             ) from exc
-        except ValueError:  # a body that is not JSON: as useless as a non-verdict
+        except (ValueError, RecursionError):  # a body that is not JSON (or too deep)
             reply = None
         attempts += 1
         used = _tokens(reply)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +87,8 @@ def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"the output file is not valid JSON: {exc}"
+    except RecursionError:
+        return None, "the output file's JSON is nested too deeply to read"
     if not isinstance(data, dict) or "score" not in data or "metadata" not in data:
         return None, 'the output file must hold a JSON object with both "score" and "metadata"'
     return data, ""
@@ -101,31 +104,67 @@ def _verdict(
         return Scoring.fail(
             "error", f"the script timed out after {outcome.duration_s:.1f} s", **captured
         )
-    if outcome.memory_exceeded:
-        return Scoring.fail(
-            "error", f"the script ran out of memory (limit {memory_mb} MiB)", **captured
-        )
     if outcome.returncode != 0:
-        code = outcome.returncode or 0
-        why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        # A script that exits 0 is judged by its file, even if a child of it (the
+        # student's program, say) ran out of memory and the script handled that.
+        if outcome.memory_exceeded:
+            why = f"ran out of memory (limit {memory_mb} MiB)"
+        else:
+            why = _ending(outcome)
         return Scoring.fail("error", f"the script {why}", **captured)
     data, problem = _read_score_file(output)
     if data is None:
         return Scoring.fail("error", problem, **captured)
     score, metadata = data["score"], data["metadata"]
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score):
         return Scoring.fail(
-            "error", f'"score" must be a finite number, got {score!r:.80}', **captured
+            "error", f'"score" must be a finite number, got {_short(score)}', **captured
         )
     if not isinstance(metadata, dict):
         return Scoring.fail(
-            "error", f'"metadata" must be an object, got {metadata!r:.80}', **captured
+            "error", f'"metadata" must be an object, got {_short(metadata)}', **captured
         )
     return Scoring(
         score=float(score),
         metadata={**metadata, **captured},
         continue_task=score >= judge.continue_threshold,
     )
+
+
+def _ending(outcome: ProcessOutcome) -> str:
+    """How a script that did not exit 0 ended, in words."""
+    code = outcome.returncode or 0
+    if code < 0:
+        return f"was killed by signal {-code} ({_signal_name(-code)})"
+    if outcome.maybe_signal:
+        # Under bubblewrap a script killed by signal N and one that exits 128 + N look alike.
+        number = code - 128
+        return (
+            f"exited with status {code} (also what a script killed by signal {number}, "
+            f"{_signal_name(number)}, reports)"
+        )
+    return f"exited with status {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _finite(score: float) -> bool:
+    try:
+        return math.isfinite(score)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _short(value: object) -> str:
+    """At most 80 characters of ``value``'s repr, even for a huge integer."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return f"{value!r:.80}"
 
 
 def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -> list[Path]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import errno
+import logging
 import lzma
 import mmap
 import os
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Protocol
 
 from chalk_client.errors import StudentMisbehaviorError
+
+log = logging.getLogger(__name__)
 
 _BLOCK = 512
 _CHUNK = 64 * 1024
@@ -44,6 +48,16 @@ _REFUSED_TYPES = {
 _FILE, _FOLDER, _IMPLIED = "file", "folder", "implied folder"
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# Errors writing the copy that the archive's contents can cause (the reference counts a
+# full disk, a name collision and an over-long path as tampering); others are ours.
+_PROVOKED = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EFBIG: "a file is too large for the file system",
+    errno.ENAMETOOLONG: "a name is too long for the file system",
+    errno.EEXIST: "the name is already taken",
+    errno.EMLINK: "a folder has too many entries for the file system",
+}
 
 
 class _Decompressor(Protocol):
@@ -291,6 +305,20 @@ class _Tree:
                 size -= len(piece)
 
 
+@contextlib.contextmanager
+def _writing(shown: str) -> Iterator[None]:
+    """Turn a destination error the submission can provoke into misbehaviour."""
+    try:
+        yield
+    except OSError as exc:
+        why = _PROVOKED.get(exc.errno or 0)
+        if why is None:
+            raise
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            log.warning("the disk of the job folder filled up while unpacking a submission")
+        raise _bad(f"submission entry {shown} could not be written: {why}") from exc
+
+
 def _unpack(reader: _Reader, tree: _Tree, max_depth: int) -> None:
     """Parse headers and write entries until the end-of-archive block."""
     extended: dict[bytes, bytes] = {}  # path/size overrides from GNU and PAX headers
@@ -345,13 +373,15 @@ def _unpack(reader: _Reader, tree: _Tree, max_depth: int) -> None:
                 raise _bad(f"submission folder {shown} carries {size} bytes of data")
             if parts:  # "./" is the submission folder itself
                 tree.admit(parts, _FOLDER, shown)
-                os.close(tree.open_folder(parts))
+                with _writing(shown):
+                    os.close(tree.open_folder(parts))
             continue
         if not parts:
             raise _bad(f"submission entry {shown} is a file in place of the submission folder")
         reader.reserve(_padded(size))
         tree.admit(parts, _FILE, shown)
-        tree.write_file(parts, 0o755 if mode & 0o111 else 0o644, size, reader)
+        with _writing(shown):
+            tree.write_file(parts, 0o755 if mode & 0o111 else 0o644, size, reader)
         reader.exact(_padded(size) - size)
 
 

@@ -48,6 +48,8 @@ class ProcessOutcome:
 
     ``returncode`` is ``None`` when the command could not start
     (``start_error`` says why); a negative code is the signal that ended it.
+    ``maybe_signal``: the code is 128 + N as bubblewrap reports a child killed by
+    signal N, which a child exiting with that status cannot be told apart from.
     """
 
     returncode: int | None
@@ -58,6 +60,7 @@ class ProcessOutcome:
     start_error: str | None = None
     memory_exceeded: bool = False
     leftovers_killed: int = 0
+    maybe_signal: bool = False
 
 
 class Capture:

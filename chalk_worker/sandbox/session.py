@@ -77,7 +77,7 @@ class SandboxSession:
         """Run ``argv`` contained and wait for it; kill all it left behind."""
         started = time.monotonic()
         sandbox = self.sandbox
-        if shutil.which(argv[0], path=env.get("PATH")) is None:
+        if not _startable(argv[0], cwd, env.get("PATH")):
             return ProcessOutcome(
                 returncode=None,
                 timed_out=False,
@@ -133,11 +133,10 @@ class SandboxSession:
         process.wait()
         memory_exceeded = cgroups is not None and cgroups.oom_kills() > oom_before
         returncode = process.returncode
-        if sandbox.layers.bwrap and 128 < returncode <= 128 + 64:
-            # bubblewrap reports a child killed by signal N as exit status 128 + N.
-            returncode = 128 - returncode
         return ProcessOutcome(
             returncode=returncode,
+            # bubblewrap reports a child killed by signal N as exit status 128 + N.
+            maybe_signal=bool(sandbox.layers.bwrap) and 128 < returncode <= 128 + 64,
             timed_out=timed_out,
             stdout=out.text(wait_s=5.0),
             stderr=err.text(wait_s=5.0),
@@ -183,6 +182,18 @@ class SandboxSession:
         if not self.sandbox.layers.bwrap:
             return sweep(lambda: carrying_token(token))
         return 0
+
+
+def _startable(program: str, cwd: Path, path: str | None) -> bool:
+    """Whether ``program`` names an executable file, as the command will look it up.
+
+    A name with a slash is a path, relative to the command's ``cwd``; a bare name is
+    looked up on ``path``.
+    """
+    if "/" not in program:
+        return shutil.which(program, path=path) is not None
+    candidate = cwd / program
+    return candidate.is_file() and os.access(candidate, os.X_OK)
 
 
 class Sandbox:

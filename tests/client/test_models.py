@@ -112,6 +112,23 @@ def test_scoring_converts_metadata_values_to_strings():
         Scoring(score=float("nan"))
 
 
+def test_scoring_turns_any_metadata_value_into_some_text():
+    loop: list[object] = []
+    loop.append(loop)
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    scoring = Scoring(
+        score=1,
+        metadata={"mixed": {1: "a", "b": 2}, "odd": [{1, 2}], "loop": loop, "deep": deep},
+    )
+    assert scoring.score == 1
+    assert scoring.metadata["mixed"] == '{"1": "a", "b": 2}'
+    assert scoring.metadata["odd"] == '["{1, 2}"]'
+    assert scoring.metadata["loop"] == "[[...]]"
+    assert scoring.metadata["deep"] == "(a value nested too deeply to show)"
+
+
 def test_and_or_build_flattened_all_any():
     a, b, c = AlwaysPassJudge(), RegexJudge(["x"]), CustomJudge("j")
     both = a & b & c

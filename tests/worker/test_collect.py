@@ -7,6 +7,7 @@ import lzma
 import os
 import random
 import stat
+import subprocess
 import tarfile
 import time
 import tracemalloc
@@ -336,4 +337,28 @@ def test_truncated_archive_is_misbehaviour(
 ) -> None:
     whole = compress(tar(member(b"a.txt", os.urandom(4000)), member(b"b.txt", b"b")))
     refuse(whole[: len(whole) // 2], dest, "truncated")
+    still_unpacks(tmp_path)
+
+
+def test_a_full_disk_is_misbehaviour_and_leaves_nothing(tmp_path: Path) -> None:
+    # The reference counts a destination error the student can provoke (a full disk)
+    # as tampering: the job scores 0 with a reason, the worker goes on.
+    box = tmp_path / "box"
+    box.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(box)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        dest = box / "dest"
+        dest.mkdir()
+        archive = build({"big.bin": (os.urandom(3 * 1024 * 1024), 0o644)})
+        with pytest.raises(
+            StudentMisbehaviorError, match=r"'big\.bin' could not be written: the disk is full"
+        ):
+            unpack_submission(archive, dest, **LIMITS)
+        assert os.listdir(dest) == []
+    finally:
+        subprocess.run(["umount", str(box)], check=True)
     still_unpacks(tmp_path)

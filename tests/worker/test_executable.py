@@ -100,7 +100,11 @@ write({"score": 1, "metadata": {}})
         ('write({"score": 1, "metadata": "x"})', "object"),
         ("pass", "did not write"),
         ('write({"score": 1, "metadata": {}}); sys.exit(3)', "status 3"),
-        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "signal 9"),
+        ('write({"score": 1, "metadata": {}}); sys.exit(137)', "exited with status 137"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+        ('write({"score": 10 ** 400, "metadata": {}})', "an integer of 401 digits"),
+        ('write({"score": float("inf"), "metadata": {}})', "finite number"),
+        ('write("[" * 100000)', "nested too deeply"),
     ],
 )
 def test_every_broken_script_scores_zero_and_stops(score, script, body, reason):
@@ -151,6 +155,20 @@ def test_cwd_sets_the_working_directory(score, script, tmp_path):
     assert result.scoring.metadata["cwd"] == str(tmp_path)
     missing = run_script(score, script, body, cwd=str(tmp_path / "nope"))
     assert missing.scoring.score == 0 and "does not exist" in missing.scoring.metadata["error"]
+
+
+def test_a_relative_command_is_found_from_cwd_not_from_the_worker(score, tmp_path, monkeypatch):
+    tmp_path.chmod(0o755)
+    run = tmp_path / "run.sh"
+    run.write_text('#!/bin/sh\necho \'{"score": 1, "metadata": {}}\' > "$1"\n')
+    run.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the worker's own folder has no run.sh
+    result = score(judge=ExecutableJudge(["./run.sh", "out.json"], cwd=str(tmp_path)))
+    assert result.scoring.score == 1.0, result.scoring.metadata
+    missing = score(judge=ExecutableJudge(["./nope.sh", "out.json"], cwd=str(tmp_path)))
+    assert "could not start './nope.sh'" in missing.scoring.metadata["error"]
 
 
 def test_placeholders_name_interpreter_and_submission(score, script):

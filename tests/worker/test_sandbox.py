@@ -206,6 +206,24 @@ def test_memory_hog_is_killed_at_its_limit(test_cap, tmp_path):
     assert "ran out of memory (limit 192 MiB)" in result.scoring.metadata["error"]
 
 
+def test_a_script_that_survives_its_childs_memory_hog_is_judged_by_its_file(test_cap, tmp_path):
+    # The reference judges a script by its exit status and output file: a student
+    # program killed for memory, handled by the script, is the script's business.
+    job = hostile(
+        tmp_path,
+        """
+        import subprocess
+        hog = "hoard = []\\nwhile True: hoard.append(bytearray(16 * 1024 * 1024))"
+        child = subprocess.run([sys.executable, "-c", hog])
+        write({"score": 0.7, "metadata": {"child": child.returncode}})
+        """,
+        memory_mb=192,
+    )
+    result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
+    assert result.score == 0.7, result.scoring.metadata
+    assert result.scoring.metadata["child"] == "-9"  # the child was killed for memory
+
+
 def test_spinning_forever_is_timed_out(test_cap, tmp_path):
     job = hostile(
         tmp_path,
