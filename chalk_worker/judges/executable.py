@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring
 from chalk_worker import metrics
@@ -167,6 +168,12 @@ def _short(value: object) -> str:
     return f"{value!r:.80}"
 
 
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or inside it, links resolved."""
+    resolved, root = path.resolve(), folder.resolve()
+    return resolved == root or root in resolved.parents
+
+
 def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -> list[Path]:
     """Absolute host paths the job's command names (its script, a data folder, ``cwd``).
 
@@ -200,6 +207,14 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         readonly = [context.submission_dir]
         if not cwd.is_dir():
             return Scoring.fail("error", f"the working directory {cwd} does not exist")
+        if context.settings.allowed_commands and _within(cwd, context.submission_dir):
+            # There, the student's files would be found first: `python -m tasks.x` would
+            # import a `tasks` package from the submission, `./grade.sh` would be theirs.
+            raise CommandRefusedError(
+                f"the working directory {cwd} is inside the student's submission, where "
+                "the student's files would run in place of the commands CHALK_ALLOWED_COMMANDS "
+                "allows; leave cwd unset and pass {submission_dir} to the command instead"
+            )
         if context.settings.sandbox_named_paths:
             readonly += _named_paths([*argv[:-1], str(cwd)], session, readonly)
         if not session.visible(cwd, readonly):

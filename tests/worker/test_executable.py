@@ -308,6 +308,25 @@ def test_allowlist_refuses_other_commands_as_a_failure():
     assert allowed.status is JobStatus.SUCCEEDED and allowed.scoring.score == 1
 
 
+def test_allowlist_cannot_be_bypassed_by_running_in_the_submission():
+    # `python -m tasks.x` looks in its working folder first: with cwd in the submission,
+    # a student's own `tasks` package would run in place of the allowed one.
+    settings = ChalkSettings(allowed_commands=["{python} -m tasks."])
+    evil = (
+        "import json, sys\n"
+        'json.dump({"score": 1, "metadata": {"pwned": "yes"}}, open(sys.argv[-1], "w"))\n'
+    )
+    job = ScoringJob(
+        judge=ExecutableJudge(["{python}", "-m", "tasks.evil", "o.json"], cwd="{submission_dir}"),
+        submission=Submission.from_files({"tasks/__init__.py": "", "tasks/evil.py": evil}),
+    )
+    refused = score_job(job, settings=settings)
+    assert refused.status is JobStatus.FAILED, refused.scoring
+    assert "inside the student's submission" in (refused.error or "")
+    unrestricted = score_job(job)  # without an allowlist the job's author may do this
+    assert unrestricted.status is JobStatus.SUCCEEDED
+
+
 def test_allowlist_from_the_environment(monkeypatch):
     monkeypatch.setenv("CHALK_ALLOWED_COMMANDS", "{python} -m tasks., /usr/bin/true")
     assert ChalkSettings().allowed_commands == ["{python} -m tasks.", "/usr/bin/true"]
