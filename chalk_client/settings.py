@@ -121,6 +121,8 @@ class ChalkSettings(BaseSettings):
     """Where job folders are made; default: the system's temporary folder."""
     embedded_concurrency: int = Field(default=0, ge=0)
     """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
+    regex_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds one regex judge's searches may take in all; past it, a 0 with an error."""
 
     queue: str = Field(default="chalk", min_length=1)
     """The Celery queue the cluster's jobs go through."""

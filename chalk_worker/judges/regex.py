@@ -1,10 +1,17 @@
-"""``RegexJudge``: every pattern must ``re.search`` the student's assistant text."""
+"""``RegexJudge``: every pattern must ``re.search`` the student's assistant text.
+
+The searches run in the worker process's regex helpers (``chalk_worker.regex_pool``),
+within ``regex_timeout_s``: a pattern that backtracks for ever on a hostile
+transcript costs a helper, not the worker.
+"""
 
 from __future__ import annotations
 
+from chalk_client.errors import JudgeError
 from chalk_client.judge_specs import RegexJudge
 from chalk_client.scoring import Scoring
 from chalk_worker.judges.base import JudgeContext, evaluator
+from chalk_worker.regex_pool import regex_pool
 
 
 @evaluator("regex")
@@ -12,10 +19,28 @@ async def evaluate_regex(judge: RegexJudge, context: JudgeContext) -> Scoring:
     """Score 1 when all patterns match, else 0 listing the patterns that did not.
 
     Only assistant text counts (string content and text blocks, joined with
-    blank lines), from every step so far.
+    blank lines), from every step so far. Searches that do not finish within
+    ``regex_timeout_s`` score 0 and stop the task, with the reason under ``error``.
     """
-    text = context.transcript.assistant_text()
-    missed = [pattern.pattern for pattern in judge.patterns if pattern.search(text) is None]
+    patterns = judge.patterns
+    if not patterns:
+        return Scoring(score=1.0, metadata={}, continue_task=True)
+    limit = context.settings.regex_timeout_s
+    outcome = await regex_pool().search(
+        [(pattern.pattern, pattern.flags) for pattern in patterns],
+        context.transcript.assistant_text(),
+        limit,
+    )
+    if outcome.error is not None:
+        raise JudgeError(f"the regex judge could not search the transcript: {outcome.error}")
+    if outcome.timed_out is not None:
+        return Scoring.fail(
+            "error",
+            f"searching for the pattern {patterns[outcome.timed_out].pattern!r} did not finish"
+            f" within {limit:g} s (the limit regex_timeout_s, CHALK_REGEX_TIMEOUT_S); simplify"
+            " the pattern (nested repetition such as (a+)+ can take for ever) or raise the limit",
+        )
+    missed = [patterns[index].pattern for index in outcome.unmatched]
     if missed:
         return Scoring(
             score=0.0,

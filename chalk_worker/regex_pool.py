@@ -1,0 +1,442 @@
+"""Regex helpers: ``re.search`` in long-lived helper processes that can be killed.
+
+Python's ``re`` holds the GIL for the whole of a search and cannot be stopped
+from another thread, so one catastrophic pattern (``(a+)+$`` on a line of
+``a`` ending in ``b``) would freeze the worker, its lease renewal and its
+presence with it. Regex judges therefore search in helper processes: the event
+loop waits on the helper's pipe, and a search that runs past its time limit
+costs only its helper, killed with ``SIGKILL`` and replaced when next needed.
+
+- A helper runs this file as a script on the worker's interpreter, isolated
+  (``python -I -S``), started by fork-and-exec as ``spawn`` does (safe in a
+  threaded parent). It imports only the standard library, so it starts in
+  about 50 ms and holds about 15 MB (``multiprocessing``'s spawn would import
+  the worker's main module and this package: 1.5 s and 66 MB). It searches
+  with the worker's own ``re``: verdicts are exactly those of the worker.
+- Each worker process has one pool, made on first use (and again after a
+  fork), shared by all its event loops: at most one helper per CPU core,
+  started lazily and reused across jobs. A search is one request and one
+  reply, whatever the number of patterns; when every helper is busy, searches
+  wait their turn.
+- A helper that dies during a search (the out-of-memory killer, say) is
+  replaced and the search tried once more on a fresh one before it is reported.
+- Helpers are killed when the worker process exits; they exit by themselves
+  when the pipe to the worker closes, and within a second of the worker's
+  death even in the middle of a search.
+
+This module imports nothing outside the standard library, and ``asyncio`` only
+when a search is made: it is also the helper, and starts faster without.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import mmap
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Pipe
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from asyncio import AbstractEventLoop, Future
+
+START_TIMEOUT_S = 30.0
+"""How long a new helper may take to start before it counts as dead."""
+ORPHAN_CHECK_S = 1.0
+"""During a search, how often a helper checks that the worker that started it still runs."""
+_PROGRESS_BYTES = 4
+_READY = "ready"
+_SCRIPT = os.path.abspath(__file__)
+
+RegexRequest = Sequence[tuple[str, int]]
+"""Patterns to search for, each as its pattern string and ``re`` flags."""
+
+
+@dataclass(frozen=True)
+class RegexOutcome:
+    """What came of searching one text for a list of patterns.
+
+    One of: a finished search (``unmatched`` lists the patterns that did not
+    match, maybe none), a search over its time limit (``timed_out``), or a
+    search that could not be made (``error``).
+    """
+
+    unmatched: list[int] = field(default_factory=list)
+    """Indexes of the patterns ``re.search`` found nowhere in the text, in order."""
+    timed_out: int | None = None
+    """Index of the pattern still being searched when the time limit ran out."""
+    error: str | None = None
+    """Why the search could not be made (a helper that died twice, a closed pool)."""
+
+
+def _settle(future: Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+class _Helper:
+    """One helper process, the pipe to it, and the page where it notes its current pattern."""
+
+    def __init__(self) -> None:
+        self.channel, child_end = Pipe()
+        self._progress = tempfile.TemporaryFile()  # noqa: SIM115 (open while the helper lives)
+        os.ftruncate(self._progress.fileno(), _PROGRESS_BYTES)
+        fds = (child_end.fileno(), self._progress.fileno())
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", _SCRIPT, *map(str, fds), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=fds,
+            )
+        except BaseException:
+            self.forget()
+            raise
+        finally:
+            child_end.close()
+
+    @property
+    def pid(self) -> int:
+        """The helper's process id."""
+        return self.process.pid
+
+    def wait_ready(self) -> None:
+        """Wait for the helper's greeting; raise ``EOFError`` if it does not come."""
+        if not self.channel.poll(START_TIMEOUT_S):
+            raise EOFError(f"the regex helper did not start within {START_TIMEOUT_S:g} s")
+        if self.channel.recv() != _READY:
+            raise EOFError("the regex helper did not greet as expected")
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.process.poll() is None
+
+    async def ask(
+        self, loop: AbstractEventLoop, patterns: RegexRequest, text: str, timeout_s: float
+    ) -> Any:
+        """The helper's reply to one search; ``TimeoutError`` past ``timeout_s``.
+
+        Raises ``EOFError`` or ``OSError`` when the helper is gone.
+        """
+        self.channel.send((patterns, text))
+        answered = loop.create_future()
+        fd = self.channel.fileno()
+        loop.add_reader(fd, _settle, answered, True)
+        timer = loop.call_later(timeout_s, _settle, answered, False)
+        try:
+            if not await answered:
+                raise TimeoutError
+        finally:
+            loop.remove_reader(fd)
+            timer.cancel()
+        return self.channel.recv()
+
+    def current_pattern(self) -> int:
+        """The index of the pattern the helper began last (meaningful once it is stopped)."""
+        return int.from_bytes(os.pread(self._progress.fileno(), _PROGRESS_BYTES, 0), "little")
+
+    def ending(self) -> str:
+        """How the process ended, e.g. ``was killed by SIGKILL``, for error messages."""
+        code = self.process.poll()
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """End the process (``SIGKILL`` unless it exits within ``grace_s``) and reap it."""
+        if grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace_s)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def close(self, grace_s: float = 0.0) -> None:
+        """End the process and close the pipe and the progress page."""
+        self.stop(grace_s)
+        self.forget()
+
+    def forget(self) -> None:
+        """Close this process's ends of the pipe and the progress page; the helper lives on."""
+        self.channel.close()
+        self._progress.close()
+
+
+class RegexPool:
+    """Up to ``size`` helpers, each searching for one caller at a time; see the module.
+
+    Any event loop of the process may search; a search holds one of ``size``
+    turns from start to end, so no more than ``size`` helpers ever run.
+    """
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size or os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._turns = self.size
+        self._waiting: deque[tuple[AbstractEventLoop, Future[None]]] = deque()
+        self._idle: list[_Helper] = []
+        self._helpers: set[_Helper] = set()
+        self._closed = False
+
+    async def search(self, patterns: RegexRequest, text: str, timeout_s: float) -> RegexOutcome:
+        """Search ``text`` for every pattern in a helper, without blocking the event loop.
+
+        The time limit covers the searches of all the patterns together, from
+        when the helper has the request; waiting for a free helper is not counted.
+        """
+        import asyncio  # here, not above: helpers run this file and start faster without it
+
+        loop = asyncio.get_running_loop()
+        await self._take_turn(loop)
+        try:
+            return await self._search(loop, patterns, text, timeout_s)
+        finally:
+            self._end_turn()
+
+    async def _search(
+        self, loop: AbstractEventLoop, patterns: RegexRequest, text: str, timeout_s: float
+    ) -> RegexOutcome:
+        ending = ""
+        for _attempt in range(2):
+            helper = await self._checkout(loop)
+            if isinstance(helper, str):
+                return RegexOutcome(error=helper)
+            try:
+                reply = await helper.ask(loop, patterns, text, timeout_s)
+            except TimeoutError:
+                return RegexOutcome(timed_out=await self._retire(loop, helper))
+            except (EOFError, OSError):
+                # A moment for a dying helper to finish dying, so its true end is told.
+                await self._retire(loop, helper, grace_s=1.0)
+                ending = helper.ending()
+                continue
+            except BaseException:
+                # Cancelled: the helper may still answer, so it cannot serve anyone else.
+                self._discard(helper)
+                raise
+            self._checkin(helper)
+            if reply[0] == "error":
+                _, index, problem = reply
+                return RegexOutcome(
+                    error=f"searching for the pattern {patterns[index][0]!r} failed: {problem}"
+                )
+            return RegexOutcome(unmatched=list(reply[1]))
+        return RegexOutcome(
+            error=(
+                f"the regex helper process died twice during the search (the second one {ending},"
+                " perhaps by the out-of-memory killer); the job was not scored: check the memory"
+                " of the worker's machine and the worker's log"
+            )
+        )
+
+    async def _checkout(self, loop: AbstractEventLoop) -> _Helper | str:
+        """An idle live helper, else a new one; or why there is none."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return "the regex helper pool was closed during the search"
+                while self._idle:
+                    helper = self._idle.pop()
+                    if helper.alive():
+                        return helper
+                    self._helpers.discard(helper)
+                    helper.close()  # died while idle (it is reaped already)
+            try:
+                # Starting a process can take a while: not on the event loop.
+                await loop.run_in_executor(None, self._start_helper)
+            except (EOFError, OSError) as exc:
+                return f"a regex helper process could not be started: {exc}"
+
+    def _start_helper(self) -> None:
+        """Start a helper and make it idle (the caller takes it, or another one)."""
+        helper = _Helper()
+        try:
+            helper.wait_ready()
+        except BaseException:
+            helper.close()
+            raise
+        with self._lock:
+            if not self._closed:
+                self._helpers.add(helper)
+                self._idle.append(helper)
+                return
+        helper.close()
+
+    async def _retire(self, loop: AbstractEventLoop, helper: _Helper, grace_s: float = 0.0) -> int:
+        """Stop a helper that must not serve again (off the event loop); the pattern it was on."""
+        with self._lock:
+            self._helpers.discard(helper)
+        try:
+            await loop.run_in_executor(None, helper.stop, grace_s)
+            return helper.current_pattern()
+        finally:
+            helper.forget()
+
+    def _checkin(self, helper: _Helper) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(helper)
+                return
+            self._helpers.discard(helper)
+        helper.close()
+
+    def _discard(self, helper: _Helper) -> None:
+        with self._lock:
+            self._helpers.discard(helper)
+        helper.close()
+
+    async def _take_turn(self, loop: AbstractEventLoop) -> None:
+        with self._lock:
+            if self._turns > 0 and not self._waiting:
+                self._turns -= 1
+                return
+            turn = loop.create_future()
+            self._waiting.append((loop, turn))
+        try:
+            await turn
+        except BaseException:
+            with self._lock:
+                given = (loop, turn) not in self._waiting
+                if not given:
+                    self._waiting.remove((loop, turn))
+            if given:  # handed to us as we were cancelled: pass it on
+                self._end_turn()
+            raise
+
+    def _end_turn(self) -> None:
+        with self._lock:
+            if not self._waiting:
+                self._turns += 1
+                return
+            loop, turn = self._waiting.popleft()
+        # If that loop has closed, its search was cancelled and passes the turn on itself.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, turn, None)
+
+    def pids(self) -> list[int]:
+        """The process ids of the helpers now running, idle or busy."""
+        with self._lock:
+            return [helper.pid for helper in self._helpers]
+
+    def close(self) -> None:
+        """Kill every helper; a search still running ends with an error."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            busy = self._helpers.difference(idle)
+            self._helpers = set()
+        for helper in idle:
+            helper.close()
+        for helper in busy:
+            helper.process.kill()  # its search sees the pipe close, and reaps it
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's pool, closing its pipes but sparing its helpers."""
+        self._closed = True
+        for helper in list(self._helpers):
+            helper.forget()
+
+
+_pool: tuple[int, RegexPool] | None = None
+_pool_lock = threading.Lock()
+_hooks_registered = False
+
+
+def regex_pool() -> RegexPool:
+    """This process's pool, made on first use (and again in a forked child)."""
+    global _pool, _hooks_registered
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), RegexPool())
+            if not _hooks_registered:
+                _hooks_registered = True
+                atexit.register(close_regex_pool)
+                os.register_at_fork(after_in_child=_forget_after_fork)
+        return _pool[1]
+
+
+def close_regex_pool() -> None:
+    """Kill this process's helpers; the next search starts a fresh pool."""
+    global _pool
+    with _pool_lock:
+        current, _pool = _pool, None
+    if current is not None and current[0] == os.getpid():
+        current[1].close()
+
+
+def _forget_after_fork() -> None:
+    # The child must not keep the parent's pipes open: a helper learns that the
+    # worker is gone when the last copy of its pipe closes. The lock may have been
+    # held by a thread that does not exist in the child.
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    if _pool is not None:
+        _pool[1].forget()
+        _pool = None
+
+
+# The helper's side.
+
+
+def _search_all(patterns: RegexRequest, text: str, progress: mmap.mmap) -> tuple[Any, ...]:
+    unmatched: list[int] = []
+    for index, (pattern, flags) in enumerate(patterns):
+        progress[:_PROGRESS_BYTES] = index.to_bytes(_PROGRESS_BYTES, "little")
+        try:
+            if re.compile(pattern, flags).search(text) is None:
+                unmatched.append(index)
+        except Exception as exc:
+            return ("error", index, f"{type(exc).__name__}: {exc}")
+    return ("done", unmatched)
+
+
+def _serve(channel_fd: int, progress_fd: int, parent: int) -> None:
+    """Answer search requests until the worker closes the pipe or dies."""
+
+    def exit_if_orphaned(_signum: int, _frame: FrameType | None) -> None:
+        # re checks for signals as it searches, so this runs even mid-search.
+        if os.getppid() != parent:
+            os._exit(0)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the worker, which ends us
+    signal.signal(signal.SIGALRM, exit_if_orphaned)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})  # a mask survives exec
+    channel = Connection(channel_fd)
+    progress = mmap.mmap(progress_fd, _PROGRESS_BYTES)
+    if os.getppid() != parent:
+        return
+    try:
+        channel.send(_READY)
+        while True:
+            try:
+                patterns, text = channel.recv()
+            except EOFError:
+                return
+            signal.setitimer(signal.ITIMER_REAL, ORPHAN_CHECK_S, ORPHAN_CHECK_S)
+            try:
+                reply = _search_all(patterns, text, progress)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            del patterns, text  # an idle helper holds no transcript
+            channel.send(reply)
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the worker went away while we answered
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
