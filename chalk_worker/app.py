@@ -30,6 +30,7 @@ from celery.signals import (
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
+    worker_shutting_down,
 )
 
 from chalk_client.broker import TASK_NAME, redis_message, task_queue
@@ -38,6 +39,7 @@ from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics, presence
 from chalk_worker.consume import WorkerRuntime, worker_runtime
 from chalk_worker.sandbox import announce, detect_layers
+from chalk_worker.transport import SHUTTING_DOWN
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """The store and broker when ``CHALK_REDIS_URL`` is not set."""
@@ -173,6 +175,8 @@ def _forget_child(pid: int | None = None, **_: Any) -> None:
 
 
 worker_init.connect(_probe_sandbox, weak=False)
+# A worker waiting for a full Redis to take a message gives up when told to stop.
+worker_shutting_down.connect(lambda **_: SHUTTING_DOWN.set(), weak=False)
 celeryd_after_setup.connect(_wait_for_store, weak=False)
 worker_ready.connect(_publish_presence, weak=False)
 worker_shutdown.connect(lambda **_: presence.stop_presence(), weak=False)

@@ -5,7 +5,9 @@ scored, held by a live worker, or unknown: then drop the message), load the
 record and archive, score the job with ``score_job_async`` on this process's
 event loop, and write the one result. A malformed message is logged and
 dropped; a record that cannot be read ends ``failed``; the worker goes on.
-A lost connection to Redis is retried, and said so in the log.
+Redis trouble that passes by itself (a lost connection, Redis loading, out of
+memory or read-only: ``describe_trouble``) is retried, and said so in the log
+with what to do; a start or finish Redis refused has changed nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 
 import redis
 from pydantic import ValidationError
+from redis.exceptions import ReadOnlyError
 
 from chalk_client.errors import JobFailedError
 from chalk_client.jobs import JobResult, JobStatus
@@ -30,7 +33,7 @@ from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import connect, redacted
 from chalk_worker import metrics
-from chalk_worker.leases import LeaseStore, Start
+from chalk_worker.leases import LeaseStore, Start, describe_trouble
 from chalk_worker.process_loop import process_loop
 from chalk_worker.runner import score_job_async
 from chalk_worker.workdirs import make_job_dir
@@ -68,6 +71,9 @@ class LeaseKeeper(threading.Thread):
         self.interval = max(runtime.settings.lease_s / 4, 0.05)
         self.stopped = threading.Event()
         self._unreachable = False
+        # Jobs this keeper reaped whose messages were not sent, nor their leases marked
+        # expired again (Redis refused both): this keeper tries again every tick.
+        self._unsent: list[str] = []
         # Since when every tick reached Redis. Only after a full lease of it does this keeper
         # reap, so that live workers cut off by a Redis restart renew their leases first.
         self._in_touch_since: float | None = None
@@ -81,6 +87,8 @@ class LeaseKeeper(threading.Thread):
         """One round: renew our leases, then reap and re-enqueue expired ones."""
         runtime = self.runtime
         try:
+            if self._unsent:
+                self._requeue(self._unsent)
             lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
@@ -98,20 +106,38 @@ class LeaseKeeper(threading.Thread):
                     len(expired),
                     ", ".join(expired[:10]),
                 )
-                try:
-                    self.requeue(expired)
-                except Exception:
-                    log.exception("could not re-enqueue %s; will try again", expired)
-                    runtime.leases.expire_now(expired)
+                self._requeue(expired)
         except redis.RedisError as exc:
             self._unreachable = True
             self._in_touch_since = None
+            trouble = describe_trouble(exc, runtime.url, "renewing and reaping leases")
             log.warning(
-                "cannot reach Redis at %s (%s); retrying in %.1f s",
-                redacted(runtime.url),
-                exc,
+                "%s; retrying in %.1f s",
+                trouble or f"Redis at {redacted(runtime.url)} failed renewing leases ({exc!r})",
                 self.interval,
             )
+
+    def _requeue(self, job_ids: list[str]) -> None:
+        """Send reaped jobs' messages; if that fails, make sure they are sent later.
+
+        The reap took them out of ``running``: marked expired there again, any
+        worker's next reap takes them. If Redis refuses that too (out of memory,
+        say), this keeper keeps them and tries again at its next tick.
+        """
+        self._unsent = []
+        try:
+            self.requeue(job_ids)
+            return
+        except redis.RedisError as exc:
+            doing = f"re-enqueueing {', '.join(job_ids[:10])}"
+            trouble = describe_trouble(exc, self.runtime.url, doing)
+            log.warning("%s; will try again", trouble or f"{doing} failed ({exc!r})")
+        except Exception:
+            log.exception("could not re-enqueue %s; will try again", job_ids)
+        try:
+            self.runtime.leases.expire_now(job_ids)
+        except redis.RedisError:
+            self._unsent = list(job_ids)
 
 
 class WorkerRuntime:
@@ -133,19 +159,25 @@ class WorkerRuntime:
             return list(self._held)
 
     def retrying(self, what: str, action: Callable[[], _T]) -> _T:
-        """``action()``, retried with backoff while Redis cannot be reached."""
+        """``action()``, retried with backoff while Redis has trouble that passes by itself.
+
+        That is Redis unreachable, loading, out of memory or read-only
+        (``describe_trouble``); each retry is logged with what to do. Any other
+        error is raised. A script Redis refused has changed nothing, so
+        running it again is safe.
+        """
         delay = 1.0
         while True:
             try:
                 return action()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning(
-                    "cannot reach Redis at %s while %s (%s); retrying in %.0f s",
-                    redacted(self.url),
-                    what,
-                    exc,
-                    delay,
-                )
+            except redis.RedisError as exc:
+                trouble = describe_trouble(exc, self.url, what)
+                if trouble is None:
+                    raise
+                if isinstance(exc, ReadOnlyError):
+                    # Pooled connections still lead to the old primary; new ones may not.
+                    self.leases.redis.connection_pool.disconnect(inuse_connections=False)
+                log.warning("%s; retrying in %.0f s", trouble, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 

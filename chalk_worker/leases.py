@@ -5,6 +5,13 @@ deadline in ``chalk:running``. The worker's keeper renews the deadline while
 the job runs; any live worker re-enqueues jobs whose deadline passed (their
 worker died) and the next start takes the lease over. The result is written
 once (``SET NX``), so a job run twice still has one result.
+
+Some Redis errors pass by themselves, and the worker retries them
+(``describe_trouble``). A script Redis refused has changed nothing: over
+``maxmemory`` Redis refuses a script at its first write that may need memory,
+and lets one that has already written run to its end (a finish by the lease's
+holder begins with ``ZREM``, so it runs whole; a start, whose first write is
+``SET``, is refused whole); a read-only replica refuses a script's first write.
 """
 
 from __future__ import annotations
@@ -15,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import BusyLoadingError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client import keys
 from chalk_client.jobs import JobResult
 from chalk_client.scripts import ALL, FINISH, HEARTBEAT, REAP, START, Script
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import merge_replies, run_script
+from chalk_client.store import merge_replies, redacted, run_script
 
 INLINE_ARCHIVE_BYTES = 1 << 20
 """Archives up to this size come back with the lease; larger ones are read in pieces."""
@@ -51,6 +58,33 @@ class Start:
     digest: str = ""
     """The archive's content hash, for ``large`` and ``missing``."""
     holder: str = ""
+
+
+def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
+    """What went wrong ``doing`` something with Redis, and what to do, if it passes by itself.
+
+    Those errors are worth retrying: Redis unreachable or slow to answer, loading
+    its data after a restart, out of memory (over ``maxmemory`` with
+    ``noeviction``, it refuses writes), or a read-only replica (a failover).
+    Any other error is ``None``: retrying would not help.
+    """
+    where = redacted(url)
+    if isinstance(exc, OutOfMemoryError):
+        return (
+            f"Redis at {where} is out of memory (maxmemory) while {doing}: free memory "
+            f"(raise maxmemory, shorten CHALK_RESULT_TTL_S/CHALK_JOB_TTL_S, delete old "
+            f"results) ({exc})"
+        )
+    if isinstance(exc, ReadOnlyError):
+        return (
+            f"Redis at {where} is a read-only replica while {doing}: point CHALK_REDIS_URL "
+            f"at the primary (after a failover, the new one) ({exc})"
+        )
+    if isinstance(exc, BusyLoadingError):
+        return f"Redis at {where} is loading its data set while {doing} ({exc})"
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"cannot reach Redis at {where} while {doing} ({exc})"
+    return None
 
 
 def _text(value: Any) -> str:

@@ -255,3 +255,92 @@ def test_the_transport_reuses_one_redis_client_per_connection_pool(own_redis_url
             assert after is not first and after.connection_pool is channel.pool
             assert after.set("reconnected", "yes")
     assert redis.Redis.from_url(own_redis_url).get("reconnected") == b"yes"
+
+
+def test_stray_entries_are_dropped_and_the_same_worker_goes_on(own_redis_url, start_worker):
+    worker = start_worker(own_redis_url, concurrency=2)
+    store = redis.Redis.from_url(own_redis_url)
+    embed = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+    def with_properties(**changes: object) -> dict:
+        raw = message()
+        raw["properties"].update(changes)
+        return raw
+
+    # Entries the transport drops, each with the reason it logs.
+    dropped = {
+        "[1]": "it is a JSON list, not an object",
+        "5": "it is a JSON int",
+        '"str"': "it is a JSON str",
+        "null": "it is a JSON NoneType",
+        "true": "it is a JSON bool",
+        "not even JSON": "it is not JSON",
+        "[" * 100_000: "it cannot be decoded (RecursionError",
+        '{"__type__": "datetime", "__value__": "bad"}': "it cannot be decoded (ValueError",
+        "{}": "it has no 'properties' object",
+        '{"body": "x"}': "it has no 'properties' object",
+        '{"properties": {}}': "it has no delivery_tag string",
+        **{
+            json.dumps(raw): reason
+            for raw, reason in [
+                ({**message(), "body": "!!!!"}, "its body is not valid base64"),
+                ({**message(), "headers": [1]}, "its headers are not an object"),
+                ({**message(), "headers": "task"}, "its headers are not an object"),
+                ({**message(), "content-type": ["x"]}, "its content-type is not a string"),
+                (with_properties(delivery_tag=5), "it has no delivery_tag string"),
+                (with_properties(delivery_info=None), "its delivery_info has no exchange"),
+                (with_properties(body_encoding="rot13"), "its body_encoding 'rot13' is not"),
+                # Well-formed kombu messages that Celery cannot read as a task:
+                (message(headers={"task": ["chalk.score"]}), "its 'task' header is not a task"),
+                (message(headers={"id": None}), "its 'id' header is not a task id"),
+                (message(headers={"id": 5}), "its 'id' header is not a task id"),
+                (message(headers={"task": "chalk.unknown", "id": None}), "its 'id' header"),
+                (message(headers={"timelimit": 5}), "its 'timelimit' header is not"),
+                (message(headers={"stamped_headers": 5}), "its 'stamped_headers' are not"),
+                (message(body=5), "its body is not [args, kwargs, embed]"),
+                (message(body={}), "its body is not [args, kwargs, embed]"),
+                (message(body="x"), "its body is not [args, kwargs, embed]"),
+                (message(body=[[], {}]), "its body is not [args, kwargs, embed]"),
+                (message(body=["x", {}, embed]), "its body is not [args, kwargs, embed]"),
+                (message(body=[["x"], [], embed]), "its body is not [args, kwargs, embed]"),
+                (message(body=[["x"], {}, "embed"]), "its body is not [args, kwargs, embed]"),
+                ({**message(), "body": ""}, "its body is empty"),
+                (message(**{"content-type": "application/data"}), "its content-type is not"),
+                (
+                    {**message(body={"task": "chalk.score", "args": ["x"]}), "headers": {}},
+                    "it is a task message of Celery's protocol 1",
+                ),
+            ]
+        },
+    }
+    # Entries Celery itself reads, logs and drops.
+    celery_drops = {
+        json.dumps({**message(), "headers": None}): "Received and deleted unknown message",
+        json.dumps(message(headers={"eta": "garbage"})): "Received invalid task message",
+        json.dumps(message(headers={"compression": "gzip"})): "Can't decode message body",
+        json.dumps({**message(), "body": base64.b64encode(b"\xff").decode()}): "Can't decode",
+    }
+    entries = [*dropped, *celery_drops]
+    store.lpush("chalk", *entries)  # taken in this order
+
+    after = ChalkClient(own_redis_url).submit_and_wait(
+        ScoringJob(id="after-strays", judge=AlwaysPassJudge()), timeout=30
+    )
+    assert after.status is JobStatus.SUCCEEDED
+    assert after.worker.endswith(f":{worker.pid}")  # the worker that took every entry
+    assert worker.proc.poll() is None
+    log = worker.text()
+    assert "Unrecoverable error" not in log
+    assert "Connection to broker lost" not in log  # which would redeliver what it held
+    lines = [line for line in log.splitlines() if "dropped an entry of the queue" in line]
+    assert len(lines) == len(dropped)
+    for line, reason in zip(lines, dropped.values(), strict=True):
+        assert f"that is not a task message: {reason}" in line
+        assert len(line) < 600  # one line, the entry shortened
+    for reason in celery_drops.values():
+        assert reason in log
+    assert store.llen("chalk") == 0
+    deadline = time.monotonic() + 10
+    while store.hlen("unacked"):  # nothing left held (the last ack follows the result)
+        assert time.monotonic() < deadline, store.hgetall("unacked")
+        time.sleep(0.05)
