@@ -13,12 +13,14 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import suppress
 from types import TracebackType
 
 from chalk_client.async_store import AsyncJobStore, connect_async
-from chalk_client.broker import KombuPublisher, redis_message
-from chalk_client.client import RECONNECT_S, Progress, new_waiter
+from chalk_client.broker import KombuPublisher, SubmitLedger, redis_message
+from chalk_client.client import RECONNECT_S, STALE_AFTER_S, Progress, describe_state, new_waiter
 from chalk_client.errors import (
+    ChalkError,
     ConfigurationError,
     QueueError,
     QueueUnavailableError,
@@ -39,26 +41,37 @@ def _left(deadline: float | None) -> float:
 
 
 class _AsyncCollector:
-    """The results of some jobs, gathered as the waiter's list announces them."""
+    """The results of some jobs, gathered as the waiter's list announces them.
 
-    def __init__(self, store: AsyncJobStore, waiter: str, job_ids: Iterable[str]) -> None:
+    As ``ChalkClient``'s: results there before the waiter watched, or whose
+    announcement may have expired unread, are read directly.
+    """
+
+    def __init__(
+        self, store: AsyncJobStore, waiter: str, job_ids: Iterable[str], *, watching: bool
+    ) -> None:
         self.store = store
         self.waiter = waiter
         self.pending = dict.fromkeys(job_ids)
         self.results: dict[str, JobResult] = {}
+        self._watching = watching
+        self._read_at: float | None = None
         self._unreachable_since: float | None = None
 
     async def collect(self, timeout: float) -> list[JobResult]:
-        """Results that arrived within ``timeout`` seconds (maybe none).
+        """Results that arrived within ``timeout`` seconds (maybe none; 0 does not block).
 
         Rides out an unreachable Redis as ``ChalkClient`` does (up to ``RECONNECT_S``),
         then asks again about every pending job.
         """
         try:
-            if self._unreachable_since is not None:
-                await self.store.watch(list(self.pending), self.waiter)
-                self._unreachable_since = None
-            return await self._collect(timeout)
+            fresh = await self._catch_up()
+            if not fresh and self.pending:
+                self._read_at = time.monotonic()
+                fresh = await self._take(
+                    await self.store.pop_done(self.waiter, timeout), announced=True
+                )
+            self._unreachable_since = None
         except QueueUnavailableError:
             now = time.monotonic()
             self._unreachable_since = self._unreachable_since or now
@@ -66,10 +79,27 @@ class _AsyncCollector:
                 raise
             await asyncio.sleep(max(min(timeout, 0.5), 0.0))
             return []
+        if not self.pending:
+            with suppress(ChalkError):  # the list expires by itself anyway
+                await self.store.forget(self.waiter)
+        return fresh
 
-    async def _collect(self, timeout: float) -> list[JobResult]:
-        announced = dict.fromkeys(await self.store.pop_done(self.waiter, timeout))
-        ids = [job_id for job_id in announced if job_id in self.pending]
+    async def _catch_up(self) -> list[JobResult]:
+        now = time.monotonic()
+        if not self._watching or self._unreachable_since is not None:
+            self._read_at = now
+            ids = list(self.pending)
+            replies = await self.store.watch(ids, self.waiter)
+            self._watching = True
+            done = [i for i, reply in zip(ids, replies, strict=True) if reply == "done"]
+            return await self._take(done)
+        if self._read_at is None or now - self._read_at > STALE_AFTER_S:
+            self._read_at = now
+            return await self._take(list(self.pending))
+        return []
+
+    async def _take(self, job_ids: Iterable[str], *, announced: bool = False) -> list[JobResult]:
+        ids = [job_id for job_id in dict.fromkeys(job_ids) if job_id in self.pending]
         fresh: list[JobResult] = []
         lost: list[str] = []
         for job_id, result in zip(ids, await self.store.results(ids), strict=True):
@@ -79,30 +109,42 @@ class _AsyncCollector:
             del self.pending[job_id]
             self.results[job_id] = result
             fresh.append(result)
-        if lost:
-            await self.store.watch(lost, self.waiter)
+        if lost and announced:
+            replies = await self.store.watch(lost, self.waiter)
+            again = [i for i, reply in zip(lost, replies, strict=True) if reply == "done"]
+            for job_id, found in zip(again, await self.store.results(again), strict=True):
+                if found is not None:
+                    del self.pending[job_id]
+                    self.results[job_id] = found
+                    fresh.append(found)
         return fresh
 
 
 class AsyncJobHandle:
     """One submitted job, for asyncio: ``await handle.wait(timeout)``."""
 
-    def __init__(self, store: AsyncJobStore, job_id: str, waiter: str) -> None:
+    def __init__(
+        self, store: AsyncJobStore, job_id: str, waiter: str, *, watching: bool = True
+    ) -> None:
         self.job_id = job_id
         self._store = store
-        self._collector = _AsyncCollector(store, waiter, [job_id])
+        self._collector = _AsyncCollector(store, waiter, [job_id], watching=watching)
 
     async def wait(self, timeout: float | None = None) -> JobResult:
-        """The job's result; raises ``ResultTimeout`` if none comes within ``timeout`` seconds."""
+        """The job's result; raises ``ResultTimeout`` if none comes within ``timeout`` seconds.
+
+        A result already there is returned whatever the timeout, 0 included.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.job_id not in self._collector.results:
             left = _left(deadline)
-            if left <= 0:
+            await self._collector.collect(max(left, 0.0))
+            if self.job_id not in self._collector.results and left <= 0:
                 raise ResultTimeout(
-                    f"job {self.job_id!r} has no result after {timeout:g} s; wait again "
+                    f"job {self.job_id!r} has no result after {timeout:g} s "
+                    f"({describe_state(await self.status())}); wait again "
                     f"with AsyncChalkClient.job({self.job_id!r}).wait(timeout)"
                 )
-            await self._collector.collect(left)
         return self._collector.results[self.job_id]
 
     async def get(self) -> JobResult | None:
@@ -125,12 +167,18 @@ class AsyncBatch:
     """Jobs submitted together, for asyncio: ``async for result in batch``, or ``await wait()``."""
 
     def __init__(
-        self, store: AsyncJobStore, batch_id: str, job_ids: Sequence[str], waiter: str
+        self,
+        store: AsyncJobStore,
+        batch_id: str,
+        job_ids: Sequence[str],
+        waiter: str,
+        *,
+        watching: bool = True,
     ) -> None:
         self.id = batch_id
         self.job_ids = list(job_ids)
         self._store = store
-        self._collector = _AsyncCollector(store, waiter, self.job_ids)
+        self._collector = _AsyncCollector(store, waiter, self.job_ids, watching=watching)
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -149,20 +197,27 @@ class AsyncBatch:
         return len(self._collector.results)
 
     async def as_completed(self, timeout: float | None = None) -> AsyncIterator[JobResult]:
-        """Each job's result once, as it finishes; ``ResultTimeout`` after ``timeout`` s."""
+        """Each job's result once, as it finishes; ``ResultTimeout`` after ``timeout`` s.
+
+        Results already there are yielded first, whatever the timeout.
+        """
         for result in list(self._collector.results.values()):
             yield result
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._collector.pending:
             left = _left(deadline)
-            if left <= 0:
+            for result in await self._collector.collect(max(left, 0.0)):
+                yield result
+            if self._collector.pending and left <= 0:
                 pending = list(self._collector.pending)
+                shown = ", ".join(repr(i) for i in pending[:5]) + (
+                    ", ..." if len(pending) > 5 else ""
+                )
                 raise ResultTimeout(
                     f"batch {self.id}: {len(pending)} of {self.total} jobs have no result after "
-                    f"{timeout:g} s (e.g. {pending[0]!r})"
+                    f"{timeout:g} s ({shown}); wait again with "
+                    f"AsyncChalkClient.batch({self.id!r}).wait(timeout)"
                 )
-            for result in await self._collector.collect(left):
-                yield result
 
     async def wait(
         self, timeout: float | None = None, progress: Progress | None = None
@@ -213,8 +268,15 @@ class AsyncChalkClient:
     async def _submit(
         self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
     ) -> None:
+        """See ``ChalkClient._submit``."""
         queue = self.settings.queue
-        outcomes = await self.store.submit(
+        ledger = SubmitLedger(
+            [job.job_id for job in jobs],
+            batch_id,
+            publishes=self._publisher is not None,
+            url=self.redis_url,
+        )
+        chunks = self.store.submit(
             jobs,
             waiter=waiter,
             messages=None
@@ -223,16 +285,38 @@ class AsyncChalkClient:
             retry_failed=retry_failed,
             batch_id=batch_id,
         )
-        if self._publisher is not None:
-            fresh = [
-                job.job_id
-                for job, outcome in zip(jobs, outcomes, strict=True)
-                if outcome in ("queued", "requeued")
-            ]
-            await asyncio.to_thread(self._publisher.publish, fresh, batch_id)
+        try:
+            async for chunk, replies in chunks:
+                fresh, error = ledger.take(chunk, replies)
+                if fresh:
+                    await self._publish(fresh, waiter, batch_id, ledger)
+                if error is not None:
+                    raise error
+        except ChalkError as exc:
+            raise ledger.failure(exc) from exc
+
+    async def _publish(
+        self, job_ids: list[str], waiter: str, batch_id: str | None, ledger: SubmitLedger
+    ) -> None:
+        """See ``ChalkClient._publish``."""
+        assert self._publisher is not None
+        try:
+            await asyncio.to_thread(self._publisher.publish, job_ids, batch_id)
+        except BaseException as exc:
+            unsent = (exc.not_queued if isinstance(exc, QueueError) else ()) or job_ids
+            ledger.queued.update(set(job_ids) - set(unsent))
+            with suppress(ChalkError):  # if Redis is gone too, the next submit sends them
+                outcomes = await self.store.release(list(unsent), waiter)
+                ledger.queued.update(
+                    i for i, outcome in zip(unsent, outcomes, strict=True) if outcome == "queued"
+                )
+            raise
+        ledger.queued.update(job_ids)
+        with suppress(ChalkError):  # unconfirmed, a later submit may send it again: harmless
+            await self.store.published(job_ids, waiter)
 
     async def submit(self, job: JobLike, *, retry_failed: bool = False) -> AsyncJobHandle:
-        """Send one job (see ``ChalkClient.submit``)."""
+        """Send one job (see ``ChalkClient.submit``: a failure says the job was not queued)."""
         prepared = prepare_job(job)
         waiter = new_waiter()
         await self._submit([prepared], waiter, retry_failed, None)
@@ -263,20 +347,20 @@ class AsyncChalkClient:
         return (await self.store.results([job_id]))[0]
 
     async def job(self, job_id: str) -> AsyncJobHandle:
-        """A handle on a job submitted earlier; raises ``QueueError`` if unknown."""
-        waiter = new_waiter()
-        if await self.store.watch([job_id], waiter) == ["unknown"]:
+        """A handle on a job submitted earlier; raises ``QueueError`` if unknown.
+
+        Looking (``get``, ``status``) leaves nothing in Redis; ``wait`` watches the job.
+        """
+        if await self.get(job_id) is None and not (await self.store.states([job_id]))[0].recorded:
             raise QueueError(f"no job {job_id!r} in the cluster (never submitted, or expired)")
-        return AsyncJobHandle(self.store, job_id, waiter)
+        return AsyncJobHandle(self.store, job_id, new_waiter(), watching=False)
 
     async def batch(self, batch_id: str) -> AsyncBatch:
         """A batch submitted earlier, to wait on again; raises ``QueueError`` if unknown."""
         ids = await self.store.batch_ids(batch_id)
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
-        waiter = new_waiter()
-        await self.store.watch(list(dict.fromkeys(ids)), waiter)
-        return AsyncBatch(self.store, batch_id, ids, waiter)
+        return AsyncBatch(self.store, batch_id, ids, new_waiter(), watching=False)
 
     async def close(self) -> None:
         """Close the connections."""

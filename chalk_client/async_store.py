@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -20,13 +20,17 @@ from chalk_client.store import (
     DRAIN,
     JobState,
     as_text,
-    chunks,
+    checked_url,
+    chunk_replies,
     distinct_blobs,
     first_error,
     merge_replies,
     parse_states,
+    plan_chunks,
     queue_batch_index,
     queue_blob_refresh,
+    queue_published,
+    queue_release,
     queue_states,
     queue_submit_chunk,
     queue_watches,
@@ -35,8 +39,15 @@ from chalk_client.store import (
 
 
 def connect_async(url: str) -> redis.asyncio.Redis:
-    """An asyncio Redis client for the store (bytes in and out; no read timeout)."""
-    return redis.asyncio.Redis.from_url(url, socket_connect_timeout=5, socket_keepalive=True)
+    """An asyncio Redis client for the store (bytes in and out; no read timeout).
+
+    Raises ``ConfigurationError`` for a URL that is not a Redis URL.
+    """
+    client: redis.asyncio.Redis = checked_url(
+        url,
+        partial(redis.asyncio.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
+    )
+    return client
 
 
 class AsyncJobStore:
@@ -47,7 +58,8 @@ class AsyncJobStore:
         self.settings = settings
         self.url = url
 
-    async def _pipeline(self, build: Callable[[Any], object]) -> list[Any]:
+    async def _pipeline(self, build: Callable[[Any], object], *, each: bool = False) -> list[Any]:
+        """See ``JobStore._pipeline``."""
         previous: list[Any] | None = None
         with reaching(self.url):
             for _ in range(2):
@@ -60,7 +72,7 @@ class AsyncJobStore:
                 for script in ALL:
                     await self.redis.script_load(script.text)
             error = first_error(replies)
-            if error is not None:
+            if error is not None and not each:
                 raise error
             return replies
 
@@ -72,11 +84,12 @@ class AsyncJobStore:
         messages: Callable[[str], str] | None,
         retry_failed: bool = False,
         batch_id: str | None = None,
-    ) -> list[str]:
+    ) -> AsyncIterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
         """See ``JobStore.submit``."""
         settings = self.settings
         if batch_id is not None:
-            ids = [job.job_id for job in jobs]
+            listed = set(await self.batch_ids(batch_id))
+            ids = [job.job_id for job in jobs if job.job_id not in listed]
             await self._pipeline(
                 partial(queue_batch_index, batch_id=batch_id, job_ids=ids, settings=settings)
             )
@@ -85,23 +98,29 @@ class AsyncJobStore:
             partial(queue_blob_refresh, digests=list(blobs), settings=settings)
         )
         missing = {digest for digest, kept in zip(blobs, alive, strict=True) if not kept}
-        outcomes: list[str] = []
-        for chunk in chunks(jobs):
-            writes = {job.digest: blobs[job.digest] for job in chunk if job.digest in missing}
-            missing -= writes.keys()
-            replies = await self._pipeline(
-                partial(
-                    queue_submit_chunk,
-                    chunk=chunk,
-                    blobs=writes,
-                    settings=settings,
-                    waiter=waiter,
-                    messages=messages,
-                    retry_failed=retry_failed,
-                )
+        for chunk, writes in plan_chunks(jobs, blobs, missing):
+            build = partial(
+                queue_submit_chunk,
+                chunk=chunk,
+                blobs=writes,
+                settings=settings,
+                waiter=waiter,
+                messages=messages,
+                retry_failed=retry_failed,
             )
-            outcomes.extend(as_text(reply) for reply in replies[len(writes) :])
-        return outcomes
+            yield chunk, chunk_replies(chunk, writes, await self._pipeline(build, each=True))
+
+    async def published(self, job_ids: Sequence[str], waiter: str) -> None:
+        """See ``JobStore.published``."""
+        if job_ids:
+            await self._pipeline(partial(queue_published, job_ids=job_ids, waiter=waiter))
+
+    async def release(self, job_ids: Sequence[str], waiter: str) -> list[str]:
+        """See ``JobStore.release``."""
+        if not job_ids:
+            return []
+        replies = await self._pipeline(partial(queue_release, job_ids=job_ids, waiter=waiter))
+        return [as_text(reply) for reply in replies]
 
     async def watch(self, job_ids: Sequence[str], waiter: str) -> list[str]:
         """See ``JobStore.watch``."""
@@ -116,11 +135,19 @@ class AsyncJobStore:
         """See ``JobStore.pop_done``."""
         key = keys.done(waiter)
         with reaching(self.url):
-            first: Any = await self.redis.blpop([key], timeout=max(timeout, 0.001))
+            if timeout <= 0:
+                now: Any = await self.redis.lpop(key, DRAIN)
+                return [as_text(item) for item in now or []]
+            first: Any = await self.redis.blpop([key], timeout=timeout)
             if first is None:
                 return []
             rest: Any = await self.redis.lpop(key, DRAIN)
         return [as_text(first[1]), *(as_text(item) for item in rest or [])]
+
+    async def forget(self, waiter: str) -> None:
+        """See ``JobStore.forget``."""
+        with reaching(self.url):
+            await self.redis.delete(keys.done(waiter))
 
     async def results(self, job_ids: Sequence[str]) -> list[JobResult | None]:
         """See ``JobStore.results``."""

@@ -10,7 +10,10 @@
 A job id is the idempotency key: the same id submitted twice (by anyone, at
 any time while its result is kept) is scored once, and every caller gets that
 one result. Waiting never polls: the worker that finishes a job pushes its id
-to each waiter's list, on which the waiter blocks.
+to each waiter's list, on which the waiter blocks; results already there are
+read at once, so a zero timeout returns them too. A submit that cannot queue
+every job (Redis or the broker down, Redis out of memory) raises a
+``QueueError`` naming the jobs it did not queue: sending them again is safe.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
 from types import TracebackType
 
-from chalk_client.broker import KombuPublisher, redis_message
+from chalk_client.broker import KombuPublisher, SubmitLedger, redis_message
 from chalk_client.errors import (
+    ChalkError,
     ConfigurationError,
     QueueError,
     QueueUnavailableError,
     ResultTimeout,
 )
 from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.keys import DONE_TTL_S
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import JobStore, connect
@@ -37,6 +43,9 @@ WAIT_SLICE_S = 2.0
 """Longest single blocking pop: under the client's socket timeout, and Ctrl-C is heard."""
 RECONNECT_S = 120.0
 """How long a waiting client rides out an unreachable Redis (a restart) before giving up."""
+STALE_AFTER_S = DONE_TTL_S / 2
+"""A waiter that has not read its done list for this long reads its jobs' results instead:
+announcements pushed meanwhile may have expired with the list."""
 
 Progress = Callable[[int, int], object]
 """Called as ``progress(done, total)`` each time a batch's job finishes."""
@@ -57,28 +66,48 @@ def _slice(deadline: float | None) -> float:
     return min(WAIT_SLICE_S, deadline - time.monotonic())
 
 
-class _Collector:
-    """The results of some jobs, gathered as the waiter's list announces them."""
+def describe_state(status: JobStatus | None) -> str:
+    """How a timeout message says where a job is."""
+    if status is None:
+        return (
+            "not in the cluster: never submitted, expired, or its submit failed; submitting "
+            "it again is safe"
+        )
+    return f"it is {status}"
 
-    def __init__(self, store: JobStore, waiter: str, job_ids: Iterable[str]) -> None:
+
+class _Collector:
+    """The results of some jobs, gathered as the waiter's list announces them.
+
+    Results that were there before the waiter watched are read directly (a
+    waiter's list is told only of jobs that finish later), and so are those
+    whose announcement may have expired while nobody read the list.
+    """
+
+    def __init__(
+        self, store: JobStore, waiter: str, job_ids: Iterable[str], *, watching: bool
+    ) -> None:
         self.store = store
         self.waiter = waiter
         self.pending = dict.fromkeys(job_ids)
         self.results: dict[str, JobResult] = {}
+        self._watching = watching
+        self._read_at: float | None = None
         self._unreachable_since: float | None = None
 
     def collect(self, timeout: float) -> list[JobResult]:
-        """Results that arrived within ``timeout`` seconds (maybe none).
+        """Results that arrived within ``timeout`` seconds (maybe none; 0 does not block).
 
         While Redis cannot be reached (a restart), this waits for it, up to
         ``RECONNECT_S``; then it asks again about every pending job, so that an
         announcement lost with the connection is not missed.
         """
         try:
-            if self._unreachable_since is not None:
-                self.store.watch(list(self.pending), self.waiter)
-                self._unreachable_since = None
-            return self._collect(timeout)
+            fresh = self._catch_up()
+            if not fresh and self.pending:
+                self._read_at = time.monotonic()
+                fresh = self._take(self.store.pop_done(self.waiter, timeout), announced=True)
+            self._unreachable_since = None
         except QueueUnavailableError:
             now = time.monotonic()
             self._unreachable_since = self._unreachable_since or now
@@ -86,44 +115,75 @@ class _Collector:
                 raise
             time.sleep(max(min(timeout, 0.5), 0.0))
             return []
+        if not self.pending:
+            with suppress(ChalkError):  # the list expires by itself anyway
+                self.store.forget(self.waiter)
+        return fresh
 
-    def _collect(self, timeout: float) -> list[JobResult]:
-        announced = dict.fromkeys(self.store.pop_done(self.waiter, timeout))
-        ids = [job_id for job_id in announced if job_id in self.pending]
+    def _catch_up(self) -> list[JobResult]:
+        now = time.monotonic()
+        if not self._watching or self._unreachable_since is not None:
+            self._read_at = now
+            ids = list(self.pending)
+            replies = self.store.watch(ids, self.waiter)
+            self._watching = True
+            return self._take([i for i, reply in zip(ids, replies, strict=True) if reply == "done"])
+        if self._read_at is None or now - self._read_at > STALE_AFTER_S:
+            self._read_at = now
+            return self._take(list(self.pending))
+        return []
+
+    def _take(self, job_ids: Iterable[str], *, announced: bool = False) -> list[JobResult]:
+        """The results of those of ``job_ids`` still pending, as far as they exist.
+
+        An ``announced`` job without a result had its failed result cleared to be
+        scored again: the waiter watches it again.
+        """
+        ids = [job_id for job_id in dict.fromkeys(job_ids) if job_id in self.pending]
         fresh: list[JobResult] = []
         lost: list[str] = []
         for job_id, result in zip(ids, self.store.results(ids), strict=True):
             if result is None:
-                lost.append(job_id)  # a failed result was cleared to score the job again
+                lost.append(job_id)  # announced, but a failed result was cleared to retry it
                 continue
             del self.pending[job_id]
             self.results[job_id] = result
             fresh.append(result)
-        if lost:
-            self.store.watch(lost, self.waiter)
+        if lost and announced:
+            replies = self.store.watch(lost, self.waiter)
+            again = [i for i, reply in zip(lost, replies, strict=True) if reply == "done"]
+            found = self.store.results(again)
+            for job_id, result in zip(again, found, strict=True):
+                if result is not None:
+                    del self.pending[job_id]
+                    self.results[job_id] = result
+                    fresh.append(result)
         return fresh
 
 
 class JobHandle:
     """One submitted job: wait for its result, or look at it."""
 
-    def __init__(self, store: JobStore, job_id: str, waiter: str) -> None:
+    def __init__(self, store: JobStore, job_id: str, waiter: str, *, watching: bool = True) -> None:
         self.job_id = job_id
         self._store = store
-        self._collector = _Collector(store, waiter, [job_id])
+        self._collector = _Collector(store, waiter, [job_id], watching=watching)
 
     def wait(self, timeout: float | None = None) -> JobResult:
-        """The job's result; raises ``ResultTimeout`` if none comes within ``timeout`` seconds."""
+        """The job's result; raises ``ResultTimeout`` if none comes within ``timeout`` seconds.
+
+        A result already there is returned whatever the timeout, 0 included.
+        """
         deadline = _deadline(timeout)
         while self.job_id not in self._collector.results:
             left = _slice(deadline)
-            if left <= 0:
+            self._collector.collect(max(left, 0.0))
+            if self.job_id not in self._collector.results and left <= 0:
                 raise ResultTimeout(
                     f"job {self.job_id!r} has no result after {timeout:g} s "
-                    f"(it is {self.status() or 'unknown'}); wait again with "
+                    f"({describe_state(self.status())}); wait again with "
                     f"ChalkClient.job({self.job_id!r}).wait(timeout)"
                 )
-            self._collector.collect(left)
         return self._collector.results[self.job_id]
 
     def get(self) -> JobResult | None:
@@ -151,11 +211,19 @@ class Batch:
     id is one job with one result. A ``Batch`` is not meant to be shared by threads.
     """
 
-    def __init__(self, store: JobStore, batch_id: str, job_ids: Sequence[str], waiter: str) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        batch_id: str,
+        job_ids: Sequence[str],
+        waiter: str,
+        *,
+        watching: bool = True,
+    ) -> None:
         self.id = batch_id
         self.job_ids = list(job_ids)
         self._store = store
-        self._collector = _Collector(store, waiter, self.job_ids)
+        self._collector = _Collector(store, waiter, self.job_ids, watching=watching)
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -176,15 +244,16 @@ class Batch:
     def as_completed(self, timeout: float | None = None) -> Iterator[JobResult]:
         """Each job's result once, as it finishes (those already in first).
 
-        Raises ``ResultTimeout`` naming the jobs still unfinished after ``timeout`` seconds.
+        Raises ``ResultTimeout`` naming the jobs still unfinished after ``timeout``
+        seconds; results already there are yielded first, whatever the timeout.
         """
         yield from list(self._collector.results.values())
         deadline = _deadline(timeout)
         while self._collector.pending:
             left = _slice(deadline)
-            if left <= 0:
+            yield from self._collector.collect(max(left, 0.0))
+            if self._collector.pending and left <= 0:
                 raise self._timeout(timeout)
-            yield from self._collector.collect(left)
 
     def wait(
         self, timeout: float | None = None, progress: Progress | None = None
@@ -248,9 +317,16 @@ class ChalkClient:
 
     def _submit(
         self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
-    ) -> list[str]:
+    ) -> None:
+        """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
-        outcomes = self.store.submit(
+        ledger = SubmitLedger(
+            [job.job_id for job in jobs],
+            batch_id,
+            publishes=self._publisher is not None,
+            url=self.redis_url,
+        )
+        chunks = self.store.submit(
             jobs,
             waiter=waiter,
             messages=None
@@ -259,23 +335,43 @@ class ChalkClient:
             retry_failed=retry_failed,
             batch_id=batch_id,
         )
-        if self._publisher is not None:
-            fresh = ("queued", "requeued")
-            self._publisher.publish(
-                (
-                    job.job_id
-                    for job, outcome in zip(jobs, outcomes, strict=True)
-                    if outcome in fresh
-                ),
-                batch_id,
-            )
-        return outcomes
+        try:
+            for chunk, replies in chunks:
+                fresh, error = ledger.take(chunk, replies)
+                if fresh:
+                    self._publish(fresh, waiter, batch_id, ledger)
+                if error is not None:
+                    raise error
+        except ChalkError as exc:
+            raise ledger.failure(exc) from exc
+
+    def _publish(
+        self, job_ids: list[str], waiter: str, batch_id: str | None, ledger: SubmitLedger
+    ) -> None:
+        """Publish fresh jobs to the broker; give back those it refused (or all, if stopped)."""
+        assert self._publisher is not None
+        try:
+            self._publisher.publish(job_ids, batch_id)
+        except BaseException as exc:
+            unsent = (exc.not_queued if isinstance(exc, QueueError) else ()) or job_ids
+            ledger.queued.update(set(job_ids) - set(unsent))
+            with suppress(ChalkError):  # if Redis is gone too, the next submit sends them
+                outcomes = self.store.release(list(unsent), waiter)
+                ledger.queued.update(
+                    i for i, outcome in zip(unsent, outcomes, strict=True) if outcome == "queued"
+                )
+            raise
+        ledger.queued.update(job_ids)
+        with suppress(ChalkError):  # unconfirmed, a later submit may send it again: harmless
+            self.store.published(job_ids, waiter)
 
     def submit(self, job: JobLike, *, retry_failed: bool = False) -> JobHandle:
         """Send one job; its handle waits for the result.
 
         A job whose id already has a result is not scored again (``retry_failed``
-        scores it again if that result is ``failed``).
+        scores it again if that result is ``failed``). If the job cannot be queued
+        (Redis or the broker down, Redis out of memory) this raises a ``QueueError``
+        saying so; submitting it again is safe.
         """
         prepared = prepare_job(job)
         waiter = new_waiter()
@@ -293,7 +389,10 @@ class ChalkClient:
     ) -> Batch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
 
-        Raises ``InvalidJobError`` (nothing is sent) if any job is invalid.
+        Raises ``InvalidJobError`` (nothing is sent) if any job is invalid. If the
+        batch cannot be sent whole, the ``QueueError`` raised says how many jobs
+        were queued; its ``not_queued`` and ``batch_id`` say what to send again
+        (sending the whole batch again, under the same id, is safe too).
         """
         prepared = [prepare_job(job) for job in jobs]
         first: dict[str, PreparedJob] = {}
@@ -309,20 +408,20 @@ class ChalkClient:
         return self.store.results([job_id])[0]
 
     def job(self, job_id: str) -> JobHandle:
-        """A handle on a job submitted earlier (by anyone); raises ``QueueError`` if unknown."""
-        waiter = new_waiter()
-        if self.store.watch([job_id], waiter) == ["unknown"]:
+        """A handle on a job submitted earlier (by anyone); raises ``QueueError`` if unknown.
+
+        Looking (``get``, ``status``) leaves nothing in Redis; ``wait`` watches the job.
+        """
+        if self.get(job_id) is None and not self.store.states([job_id])[0].recorded:
             raise QueueError(f"no job {job_id!r} in the cluster (never submitted, or expired)")
-        return JobHandle(self.store, job_id, waiter)
+        return JobHandle(self.store, job_id, new_waiter(), watching=False)
 
     def batch(self, batch_id: str) -> Batch:
         """A batch submitted earlier (by anyone), to wait on again; ``QueueError`` if unknown."""
         ids = self.store.batch_ids(batch_id)
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
-        waiter = new_waiter()
-        self.store.watch(list(dict.fromkeys(ids)), waiter)
-        return Batch(self.store, batch_id, ids, waiter)
+        return Batch(self.store, batch_id, ids, new_waiter(), watching=False)
 
     def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""

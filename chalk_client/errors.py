@@ -13,8 +13,10 @@ The tree::
     │   └── RubricUnavailableError
     │       ├── LLMUnavailableError    the LLM server failed every retry or the deadline passed
     │       └── NoVerdictError         a reply was neither YES nor NO, even when asked again
-    └── QueueError
+    └── QueueError                 (``not_queued``, ``batch_id``: what a failed submit did not send)
         ├── QueueUnavailableError  Redis or the broker cannot be reached
+        ├── StoreRefusedError      Redis answered with an error (a read-only replica, ...)
+        │   └── StoreFullError     Redis is out of memory (``maxmemory``) and refuses writes
         ├── ResultTimeout          (also a TimeoutError)
         └── JobFailedError         a worker stored a `failed` result (shown as such in Flower)
 
@@ -74,11 +76,31 @@ class NoVerdictError(RubricUnavailableError):
 
 
 class QueueError(ChalkError):
-    """Raised when the queue or result store cannot do what was asked."""
+    """Raised when the queue or result store cannot do what was asked.
+
+    Raised by a submit that stopped halfway, it says which jobs were not queued:
+    ``not_queued`` holds their ids (the others are queued) and ``batch_id`` the
+    batch's id. Submitting them again (or the whole batch) is safe: a job is
+    never scored twice.
+    """
+
+    not_queued: tuple[str, ...] = ()
+    """Ids of the jobs a failed submit did not queue (or may not have); empty otherwise."""
+    batch_id: str | None = None
+    """The batch a failed ``submit_batch`` was sending, to submit again under the same id."""
 
 
 class QueueUnavailableError(QueueError):
     """Raised when the cluster's Redis (or its broker) cannot be reached."""
+
+
+class StoreRefusedError(QueueError):
+    """Raised when Redis answers a command with an error: a read-only replica, failing
+    persistence (``MISCONF``), an ACL that forbids a command, a key of the wrong type."""
+
+
+class StoreFullError(StoreRefusedError):
+    """Raised when Redis is out of memory (``maxmemory`` with ``noeviction``) and refuses writes."""
 
 
 class ResultTimeout(QueueError, TimeoutError):

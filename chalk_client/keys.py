@@ -7,15 +7,21 @@ key                        type    what it holds
 =========================  ======  ==========================================================
 ``chalk:job:ID``           hash    the job record: ``job`` (the job as JSON, without its
                                    submission), ``blob`` (the submission's digest or ``""``),
-                                   ``submitted`` (Redis time, seconds)
+                                   ``submitted`` (Redis time, seconds), ``submitter`` (the
+                                   waiter of the submit that recorded it), ``base`` (the
+                                   job's attempts then), and, with a separate broker,
+                                   ``unpublished`` (the submit publishing its message; gone
+                                   once a publish went through)
 ``chalk:blob:SHA256``      string  a submission archive, stored once per content
 ``chalk:result:ID``        string  the job's ``JobResult`` as JSON, written once
 ``chalk:attempts:ID``      string  how many times a worker started the job
 ``chalk:owner:ID``         string  the worker process that holds the job's lease
 ``chalk:running``          zset    job id -> lease deadline (ms, on Redis's clock)
 ``chalk:watchers:ID``      set     the waiters to tell when the job finishes
-``chalk:done:WAITER``      list    ids of finished jobs, one list per waiter (a batch, a handle)
-``chalk:batch:BATCH``      list    a batch's job ids, in the order they were given
+``chalk:done:WAITER``      list    ids of finished jobs, one list per waiter (a batch, a handle),
+                                   kept ``DONE_TTL_S`` after the last id pushed
+``chalk:batch:BATCH``      list    a batch's job ids, in the order they were given, each once
+                                   (also when the batch is sent again under its id)
 ``chalk:batches``          zset    batch id -> creation time, the most recent kept
 ``chalk:worker:NODE``      string  a live worker's presence (JSON ``WorkerPresence``: its
                                    sandbox layers, pool, metrics port), with a TTL
@@ -45,6 +51,13 @@ DONE_PREFIX = PREFIX + "done:"
 
 RECENT_BATCHES_KEPT = 1000
 """How many batch ids ``chalk:batches`` remembers."""
+DONE_TTL_S = 300
+"""How long a waiter's done list outlives the last id pushed to it.
+
+A waiting client reads its list at least every few seconds; one that stops
+reading (its wait ended) leaves a list that soon expires. A client that comes
+back later reads the results themselves, not the list.
+"""
 
 
 def job(job_id: str) -> str:

@@ -48,11 +48,11 @@ local ttl = tonumber(ARGV[3])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ttl)
 for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   redis.call('RPUSH', ARGV[4] .. waiter, ARGV[1])
-  redis.call('EXPIRE', ARGV[4] .. waiter, ttl)
+  redis.call('EXPIRE', ARGV[4] .. waiter, DONE_TTL_S)
 end
 redis.call('DEL', KEYS[4])
 return 'purged'
-""",
+""".replace("DONE_TTL_S", str(keys.DONE_TTL_S)),
 )
 
 

@@ -2,6 +2,7 @@
 
 Each script is one step of a job's life that must not interleave with another:
 submitting (claim the id, store the record, enqueue, register the waiter),
+confirming or releasing a record whose message a separate broker took or refused,
 watching, starting (take the lease), renewing leases, reaping expired leases
 and finishing (write the one result, tell the waiters). Times come from
 Redis's own clock, so workers on machines with skewed clocks agree.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+
+from chalk_client.keys import DONE_TTL_S
 
 
 @dataclass(frozen=True)
@@ -35,22 +38,28 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 SUBMIT = Script(
     "submit",
     """
--- KEYS: job, result, watchers, done list of the waiter, broker queue
--- ARGV: id, job json, blob digest, job ttl, waiter (or ''), message (or ''),
---       retry failed ('1'/'0'), done-list ttl
+-- KEYS: job, result, watchers, attempts, broker queue, owner
+-- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
+--       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself)
+-- A recorded job is 'duplicate', unless its publish never went through (an
+-- 'unpublished' record: that submit failed or died); then this caller sends it.
 local ttl = tonumber(ARGV[4])
-local function record()
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3], 'submitted',
-             redis.call('TIME')[1])
-  redis.call('EXPIRE', KEYS[1], ttl)
+local publishes = ARGV[8] == '1'
+local function enqueue()
   if ARGV[6] ~= '' then redis.call('LPUSH', KEYS[5], ARGV[6]) end
 end
+local function record()
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3],
+             'submitted', redis.call('TIME')[1], 'submitter', ARGV[5],
+             'base', redis.call('GET', KEYS[4]) or '0')
+  if publishes then redis.call('HSET', KEYS[1], 'unpublished', ARGV[5]) end
+  redis.call('EXPIRE', KEYS[1], ttl)
+  enqueue()
+end
 local function watch()
-  if ARGV[5] ~= '' then
-    redis.call('SADD', KEYS[3], ARGV[5])
-    redis.call('EXPIRE', KEYS[3], ttl)
-  end
+  redis.call('SADD', KEYS[3], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ttl)
 end
 local found = redis.call('GET', KEYS[2])
 if found then
@@ -60,29 +69,75 @@ if found then
     record()
     return 'requeued'
   end
-  if ARGV[5] ~= '' then
-    redis.call('RPUSH', KEYS[4], ARGV[1])
-    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[8]))
-  end
   return 'done'
 end
 watch()
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'duplicate' end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'base')
+  if rec[1] and (publishes or ARGV[6] ~= '') then
+    if redis.call('EXISTS', KEYS[6]) == 1 or (redis.call('GET', KEYS[4]) or '0') ~= rec[2] then
+      redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
+      return 'duplicate'
+    end
+    if publishes then
+      redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
+    else
+      redis.call('HDEL', KEYS[1], 'unpublished')
+      enqueue()
+    end
+    return 'queued'
+  end
+  return 'duplicate'
+end
 record()
 return 'queued'
+""",
+)
+
+PUBLISHED = Script(
+    "published",
+    """
+-- KEYS: job
+-- ARGV: waiter
+-- The submit whose waiter this is published the job's message: the record is complete.
+if redis.call('HGET', KEYS[1], 'unpublished') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'unpublished')
+end
+return 1
+""",
+)
+
+RELEASE = Script(
+    "release",
+    """
+-- KEYS: job, result, watchers, attempts, owner
+-- ARGV: waiter
+-- After a failed publish: 'released' (the record this submit made is deleted, so the
+-- next submit records and sends the job), 'unpublished' (another submit took the job
+-- over and may have failed too: the next submit sends it) or 'queued' (a publish went
+-- through, or a worker started the job: its message was delivered after all).
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'queued' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'released' end
+local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter', 'base')
+if not rec[1] then return 'queued' end
+if redis.call('EXISTS', KEYS[5]) == 1 then return 'queued' end
+if (redis.call('GET', KEYS[4]) or '0') ~= rec[3] then return 'queued' end
+if rec[1] == ARGV[1] and rec[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[3], ARGV[1])
+  return 'released'
+end
+return 'unpublished'
 """,
 )
 
 WATCH = Script(
     "watch",
     """
--- KEYS: result, job, watchers, done list of the waiter
+-- KEYS: result, job, watchers
 -- ARGV: id, waiter, ttl
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('RPUSH', KEYS[4], ARGV[1])
-  redis.call('EXPIRE', KEYS[4], tonumber(ARGV[3]))
-  return 'done'
-end
+-- A finished job is 'done' (the waiter reads its result); nothing is pushed for it.
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'done' end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
@@ -163,6 +218,8 @@ FINISH = Script(
     """
 -- KEYS: result, running, owner, watchers
 -- ARGV: id, result json, result ttl, owner token, done-list key prefix
+-- A done list lives DONE_TTL_S after its last push: its waiter pops it within
+-- seconds, and one that stopped waiting leaves nothing for long.
 local holder = redis.call('GET', KEYS[3])
 if (not holder) or holder == ARGV[4] then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -172,12 +229,12 @@ local ttl = tonumber(ARGV[3])
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', ttl) then return 0 end
 for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   redis.call('RPUSH', ARGV[5] .. waiter, ARGV[1])
-  redis.call('EXPIRE', ARGV[5] .. waiter, ttl)
+  redis.call('EXPIRE', ARGV[5] .. waiter, DONE_TTL_S)
 end
 redis.call('DEL', KEYS[4])
 return 1
-""",
+""".replace("DONE_TTL_S", str(DONE_TTL_S)),
 )
 
-ALL = (SUBMIT, WATCH, START, HEARTBEAT, REAP, FINISH)
+ALL = (SUBMIT, PUBLISHED, RELEASE, WATCH, START, HEARTBEAT, REAP, FINISH)
 """Every script, for loading them all at once after Redis lost its script cache."""

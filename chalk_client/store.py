@@ -5,6 +5,9 @@ per thousand jobs, however many jobs there are. The commands themselves are
 queued by the ``queue_*`` functions, shared with ``chalk_client.async_store``.
 Waiting is a blocking pop on the waiter's own list (``chalk:done:WAITER``), which
 the worker's finish script fills: no polling.
+
+Every Redis error becomes a ``ChalkError`` here (``reaching``): callers of the
+client never see a raw ``redis`` exception.
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ import redis
 from redis.exceptions import NoScriptError
 
 from chalk_client import keys
-from chalk_client.errors import QueueUnavailableError
+from chalk_client.errors import (
+    ChalkError,
+    ConfigurationError,
+    QueueError,
+    QueueUnavailableError,
+    StoreFullError,
+    StoreRefusedError,
+)
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
-from chalk_client.scripts import ALL, SUBMIT, WATCH, Script
+from chalk_client.scripts import ALL, PUBLISHED, RELEASE, SUBMIT, WATCH, Script
 from chalk_client.settings import ChalkSettings
 
 CHUNK = 500
@@ -45,20 +55,86 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
+URL_FORMS = (
+    "redis://[[user]:password@]host:port/db (e.g. redis://127.0.0.1:6379/0), "
+    "rediss://... for TLS, or unix:///path/to/redis.sock?db=0"
+)
+"""What a valid Redis URL looks like, for error messages."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` for a message: its password hidden, even if the URL is malformed."""
+    try:
+        return redacted(url)
+    except ValueError:
+        return "(a malformed URL)" if "@" in url else url
+
+
+def checked_url(url: str, connect: Callable[[str], Any]) -> Any:
+    """``connect(url)``; a URL it cannot parse raises ``ConfigurationError`` saying why."""
+    try:
+        return connect(url)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{shown_url(url)!r} is not a Redis URL ({exc}); give one like {URL_FORMS} "
+            "(CHALK_REDIS_URL, or ChalkClient(redis_url=...))"
+        ) from exc
+
+
 def connect(url: str) -> redis.Redis:
-    """A Redis client for the store (bytes in and out; no read timeout, for blocking pops)."""
-    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_keepalive=True)
+    """A Redis client for the store (bytes in and out; no read timeout, for blocking pops).
+
+    Raises ``ConfigurationError`` for a URL that is not a Redis URL.
+    """
+    client: redis.Redis = checked_url(
+        url,
+        partial(redis.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
+    )
+    return client
+
+
+def store_error(exc: redis.RedisError, url: str) -> ChalkError:
+    """The ``ChalkError`` a Redis error means, saying what to do about it."""
+    where = shown_url(url)
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return ConfigurationError(
+            f"Redis at {where} refused the credentials: {exc}. Check the user and password "
+            "in CHALK_REDIS_URL."
+        )
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return QueueUnavailableError(
+            f"cannot reach Redis at {where}: {exc}. Is it running? Check CHALK_REDIS_URL."
+        )
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return StoreFullError(
+            f"Redis at {where} is out of memory: its used memory is over maxmemory, so it "
+            f"refuses writes ({exc}). Free memory (raise maxmemory, shorten "
+            "CHALK_RESULT_TTL_S/CHALK_JOB_TTL_S, delete old results), then try again."
+        )
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return StoreRefusedError(
+            f"Redis at {where} is a read-only replica ({exc}): point CHALK_REDIS_URL at "
+            "the primary."
+        )
+    if isinstance(exc, redis.ResponseError):
+        return StoreRefusedError(
+            f"Redis at {where} refused a command: {exc}. Check its log and settings "
+            "(persistence, ACLs, memory) and that nothing else writes chalk:* keys."
+        )
+    return QueueError(f"talking to Redis at {where} failed: {type(exc).__name__}: {exc}")
 
 
 @contextmanager
 def reaching(url: str) -> Iterator[None]:
-    """Turn Redis connection failures into ``QueueUnavailableError`` naming the URL."""
+    """Turn any Redis error into a ``ChalkError`` naming the URL (``store_error``).
+
+    An unreachable Redis is ``QueueUnavailableError``; one out of memory is
+    ``StoreFullError``.
+    """
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise QueueUnavailableError(
-            f"cannot reach Redis at {redacted(url)}: {exc}. Is it running? Check CHALK_REDIS_URL."
-        ) from exc
+    except redis.RedisError as exc:
+        raise store_error(exc, url) from exc
 
 
 def chunks(items: Sequence[PreparedJob], size: int = CHUNK) -> Iterator[Sequence[PreparedJob]]:
@@ -85,8 +161,13 @@ def queue_submit(
     waiter: str,
     message: str,
     retry_failed: bool,
+    publishes: bool = False,
 ) -> None:
-    """Queue the submit script of one job: claim the id, record, enqueue, register the waiter."""
+    """Queue the submit script of one job: claim the id, record, enqueue, register the waiter.
+
+    ``publishes``: the caller sends the message itself (a separate broker), so
+    the record stays ``unpublished`` until ``queue_published`` says it went.
+    """
     run_script(
         pipe,
         SUBMIT,
@@ -94,8 +175,9 @@ def queue_submit(
             keys.job(job.job_id),
             keys.result(job.job_id),
             keys.watchers(job.job_id),
-            keys.done(waiter),
+            keys.attempts(job.job_id),
             settings.queue,
+            keys.owner(job.job_id),
         ],
         [
             job.job_id,
@@ -105,9 +187,32 @@ def queue_submit(
             waiter,
             message,
             "1" if retry_failed else "0",
-            settings.result_ttl_s,
+            "1" if publishes else "0",
         ],
     )
+
+
+def queue_published(pipe: Any, job_ids: Sequence[str], waiter: str) -> None:
+    """Queue, per job, the note that this submit's publish of its message went through."""
+    for job_id in job_ids:
+        run_script(pipe, PUBLISHED, [keys.job(job_id)], [waiter])
+
+
+def queue_release(pipe: Any, job_ids: Sequence[str], waiter: str) -> None:
+    """Queue, per job whose publish failed, the release of the record this submit made."""
+    for job_id in job_ids:
+        run_script(
+            pipe,
+            RELEASE,
+            [
+                keys.job(job_id),
+                keys.result(job_id),
+                keys.watchers(job_id),
+                keys.attempts(job_id),
+                keys.owner(job_id),
+            ],
+            [waiter],
+        )
 
 
 def queue_blob_refresh(pipe: Any, digests: Sequence[str], settings: ChalkSettings) -> None:
@@ -131,12 +236,34 @@ def queue_submit_chunk(
     messages: Callable[[str], str] | None,
     retry_failed: bool,
 ) -> None:
-    """Queue the archives to write (before any job naming them), then each job's submit."""
+    """Queue the archives to write (before any job naming them), then each job's submit.
+
+    With ``messages`` (a Redis broker) each script enqueues its job's message;
+    without, the caller publishes the fresh jobs itself.
+    """
     for digest, archive in blobs.items():
         pipe.set(keys.blob(digest), archive, ex=settings.blob_ttl_s)
     for job in chunk:
         message = "" if messages is None else messages(job.job_id)
-        queue_submit(pipe, job, settings, waiter=waiter, message=message, retry_failed=retry_failed)
+        queue_submit(
+            pipe,
+            job,
+            settings,
+            waiter=waiter,
+            message=message,
+            retry_failed=retry_failed,
+            publishes=messages is None,
+        )
+
+
+def plan_chunks(
+    jobs: Sequence[PreparedJob], blobs: dict[str, bytes], missing: set[str]
+) -> Iterator[tuple[Sequence[PreparedJob], dict[str, bytes]]]:
+    """Each chunk of ``jobs`` with the archives it must write first (each written once)."""
+    for chunk in chunks(jobs):
+        writes = {job.digest: blobs[job.digest] for job in chunk if job.digest in missing}
+        missing -= writes.keys()
+        yield chunk, writes
 
 
 def queue_watch(pipe: Any, job_id: str, waiter: str, settings: ChalkSettings) -> None:
@@ -144,7 +271,7 @@ def queue_watch(pipe: Any, job_id: str, waiter: str, settings: ChalkSettings) ->
     run_script(
         pipe,
         WATCH,
-        [keys.result(job_id), keys.job(job_id), keys.watchers(job_id), keys.done(waiter)],
+        [keys.result(job_id), keys.job(job_id), keys.watchers(job_id)],
         [job_id, waiter, settings.result_ttl_s],
     )
 
@@ -204,6 +331,22 @@ def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def chunk_replies(
+    chunk: Sequence[PreparedJob], writes: dict[str, bytes], replies: Sequence[Any]
+) -> list[str | Exception]:
+    """Each job's submit reply (text or error); a job whose archive could not be written
+    gets that error, whatever its own reply."""
+    failed = {
+        digest: reply
+        for digest, reply in zip(writes, replies, strict=False)
+        if isinstance(reply, Exception)
+    }
+    return [
+        failed.get(job.digest, reply if isinstance(reply, Exception) else as_text(reply))
+        for job, reply in zip(chunk, replies[len(writes) :], strict=True)
+    ]
+
+
 class JobStore:
     """Blocking access to the cluster's jobs and results, for ``ChalkClient``."""
 
@@ -212,8 +355,12 @@ class JobStore:
         self.settings = settings
         self.url = url
 
-    def _pipeline(self, build: Callable[[Any], object]) -> list[Any]:
-        """Run the commands ``build`` queues in one round trip, loading scripts if needed."""
+    def _pipeline(self, build: Callable[[Any], object], *, each: bool = False) -> list[Any]:
+        """Run the commands ``build`` queues in one round trip, loading scripts if needed.
+
+        A command's error is raised (as a ``ChalkError``), or with ``each`` left in
+        its place among the replies.
+        """
         previous: list[Any] | None = None
         with reaching(self.url):
             for _ in range(2):
@@ -226,7 +373,7 @@ class JobStore:
                 for script in ALL:
                     self.redis.script_load(script.text)
             error = first_error(replies)
-            if error is not None:
+            if error is not None and not each:
                 raise error
             return replies
 
@@ -238,44 +385,56 @@ class JobStore:
         messages: Callable[[str], str] | None,
         retry_failed: bool = False,
         batch_id: str | None = None,
-    ) -> list[str]:
-        """Record and enqueue ``jobs``; the outcome per job (``queued``, ``duplicate``, ...).
+    ) -> Iterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
+        """Record and enqueue ``jobs``, a chunk per round trip; yields each chunk and its replies.
 
+        A reply is the job's outcome (``queued``, ``requeued``, ``duplicate``,
+        ``done``) or the error Redis gave for it (out of memory, say).
         ``messages`` builds each job's broker message (a Redis broker); with
         ``None`` the caller publishes the jobs whose outcome is ``queued`` or
-        ``requeued`` itself.
+        ``requeued`` itself, then says so (``published``) or gives them back
+        (``release``).
         """
         settings = self.settings
         if batch_id is not None:
-            ids = [job.job_id for job in jobs]
+            listed = set(self.batch_ids(batch_id))
+            ids = [job.job_id for job in jobs if job.job_id not in listed]
             self._pipeline(
                 partial(queue_batch_index, batch_id=batch_id, job_ids=ids, settings=settings)
             )
         blobs = distinct_blobs(jobs)
         alive = self._pipeline(partial(queue_blob_refresh, digests=list(blobs), settings=settings))
         missing = {digest for digest, kept in zip(blobs, alive, strict=True) if not kept}
-        outcomes: list[str] = []
-        for chunk in chunks(jobs):
-            writes = {job.digest: blobs[job.digest] for job in chunk if job.digest in missing}
-            missing -= writes.keys()
-            replies = self._pipeline(
-                partial(
-                    queue_submit_chunk,
-                    chunk=chunk,
-                    blobs=writes,
-                    settings=settings,
-                    waiter=waiter,
-                    messages=messages,
-                    retry_failed=retry_failed,
-                )
+        for chunk, writes in plan_chunks(jobs, blobs, missing):
+            build = partial(
+                queue_submit_chunk,
+                chunk=chunk,
+                blobs=writes,
+                settings=settings,
+                waiter=waiter,
+                messages=messages,
+                retry_failed=retry_failed,
             )
-            outcomes.extend(as_text(reply) for reply in replies[len(writes) :])
-        return outcomes
+            yield chunk, chunk_replies(chunk, writes, self._pipeline(build, each=True))
+
+    def published(self, job_ids: Sequence[str], waiter: str) -> None:
+        """Note that this submit (``waiter``) published the messages of ``job_ids``."""
+        if job_ids:
+            self._pipeline(partial(queue_published, job_ids=job_ids, waiter=waiter))
+
+    def release(self, job_ids: Sequence[str], waiter: str) -> list[str]:
+        """Give back the jobs whose publish failed; per job ``released``, ``unpublished``
+        (either way the next submit sends it) or ``queued`` (it was delivered after all)."""
+        if not job_ids:
+            return []
+        replies = self._pipeline(partial(queue_release, job_ids=job_ids, waiter=waiter))
+        return [as_text(reply) for reply in replies]
 
     def watch(self, job_ids: Sequence[str], waiter: str) -> list[str]:
         """Have ``waiter`` told when each job finishes.
 
-        Returns per job ``done``, ``waiting`` or ``unknown`` (no such job).
+        Returns per job ``done`` (it has a result: nothing will be told),
+        ``waiting`` or ``unknown`` (no such job).
         """
         replies: list[str] = []
         for start in range(0, len(job_ids), CHUNK):
@@ -285,14 +444,25 @@ class JobStore:
         return replies
 
     def pop_done(self, waiter: str, timeout: float) -> list[str]:
-        """Ids of the waiter's finished jobs, blocking up to ``timeout`` seconds for the first."""
+        """Ids of the waiter's finished jobs, blocking up to ``timeout`` seconds for the first.
+
+        A ``timeout`` of 0 (or less) takes what is there without blocking.
+        """
         key = keys.done(waiter)
         with reaching(self.url):
-            first: Any = self.redis.blpop([key], timeout=max(timeout, 0.001))
+            if timeout <= 0:
+                now: Any = self.redis.lpop(key, DRAIN)
+                return [as_text(item) for item in now or []]
+            first: Any = self.redis.blpop([key], timeout=timeout)
             if first is None:
                 return []
             rest: Any = self.redis.lpop(key, DRAIN)
         return [as_text(first[1]), *(as_text(item) for item in rest or [])]
+
+    def forget(self, waiter: str) -> None:
+        """Delete the waiter's done list: its wait is over."""
+        with reaching(self.url):
+            self.redis.delete(keys.done(waiter))
 
     def results(self, job_ids: Sequence[str]) -> list[JobResult | None]:
         """The stored result of each job, ``None`` where there is none yet."""
