@@ -11,13 +11,46 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TextIO
 
+from pydantic import ValidationError
+
 from chalk_client import ops_cli
 from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
 from chalk_client.errors import ChalkError
 from chalk_client.jobs import ScoringJob
 from chalk_client.progress import ProgressBar, Tally
-from chalk_client.rollouts import BadLine, DefaultJudge, read_rollouts, scored_ids
+from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
 from chalk_client.settings import ChalkSettings
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return number
+
+
+def _one_line(text: str) -> str:
+    """A message on one line: its lines joined with "; " (or a space after punctuation)."""
+    joined = ""
+    for line in filter(None, (line.strip() for line in text.splitlines())):
+        if joined:
+            joined += " " if joined.endswith((";", ":", ",", ".")) else "; "
+        joined += line
+    return joined
+
+
+def _settings_problem(exc: ValidationError) -> str:
+    """What is wrong with the ``CHALK_*`` variables, on one line."""
+    problems = [
+        f"CHALK_{str(error['loc'][0]).upper() if error['loc'] else '*'}={error['input']!r:.40}: "
+        f"{error['msg']}"
+        for error in exc.errors(include_url=False)
+    ]
+    return "invalid setting: " + "; ".join(problems) + ". Fix the variable or unset it."
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,10 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--out",
         type=Path,
-        help="JSONL results file; ids already scored there are skipped (default: stdout)",
+        help=(
+            "JSONL results file, only ever added to; jobs that succeeded there are skipped "
+            "(default: stdout)"
+        ),
     )
     score.add_argument(
-        "--concurrency", type=int, default=None, help="jobs scored at once (default: 32)"
+        "--concurrency",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="jobs scored at once, at least 1 (default: 32)",
     )
     score.add_argument(
         "--skip-invalid",
@@ -70,7 +110,7 @@ def _load_jobs(args: argparse.Namespace) -> tuple[list[ScoringJob], list[BadLine
     return jobs, bad
 
 
-def _fresh(jobs: list[ScoringJob], done: set[str], tally: Tally) -> Iterator[ScoringJob]:
+def _fresh(jobs: list[ScoringJob], done: frozenset[str], tally: Tally) -> Iterator[ScoringJob]:
     for job in jobs:
         if job.id in done:
             tally.skipped += 1
@@ -96,6 +136,8 @@ def _score(args: argparse.Namespace) -> int:
     if not args.rollouts.is_file():
         print(f"chalk score: no rollouts file at {args.rollouts}", file=sys.stderr)
         return 2
+    inputs = {"rollouts file": args.rollouts, "judge file": args.judge}
+    results = ResultsFile.read(args.out, inputs) if args.out else None
     jobs, bad = _load_jobs(args)
     for line in bad:
         print(f"{args.rollouts}:{line.number}: invalid job: {line.reason}", file=sys.stderr)
@@ -107,10 +149,10 @@ def _score(args: argparse.Namespace) -> int:
         )
         return 2
     settings = ChalkSettings()
-    done = scored_ids(args.out) if args.out else set()
+    done = results.done if results else frozenset()
     tally = Tally(total=len({job.id for job in jobs} - done))
     bar = ProgressBar(tally)
-    context = args.out.open("a", encoding="utf-8") if args.out else nullcontext(sys.stdout)
+    context = results.open() if results else nullcontext(sys.stdout)
     with context as out:
         if settings.redis_url:
             score_on_cluster(_fresh(jobs, done, tally), out, tally, bar)
@@ -126,12 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``chalk`` command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "worker":
-        return run_worker(argv[1:])
-    if argv and argv[0] == "flower":
-        return run_flower(argv[1:])
-    args = _parser().parse_args(argv)
+    command = argv[0] if argv else ""
     try:
+        if command == "worker":
+            return run_worker(argv[1:])
+        if command == "flower":
+            return run_flower(argv[1:])
+        args = _parser().parse_args(argv)
         if args.command == "score":
             return _score(args)
         if args.command == "status":
@@ -139,7 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ops_cli.COMMANDS:
             return ops_cli.run_command(args)
     except ChalkError as exc:
-        print(f"chalk {args.command}: {exc}", file=sys.stderr)
+        print(f"chalk {command}: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        if exc.title != ChalkSettings.__name__:
+            raise
+        print(f"chalk {command}: {_settings_problem(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nchalk: interrupted; re-run with the same --out to resume.", file=sys.stderr)

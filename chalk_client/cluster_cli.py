@@ -17,7 +17,7 @@ from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.ops_cli import eta_line
 from chalk_client.progress import ProgressBar, Tally
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import redacted
+from chalk_client.store import connect, redacted
 from chalk_client.summary import summarize_jobs
 from chalk_client.usage import TokenUsage
 
@@ -46,7 +46,10 @@ def _given(flags: tuple[str, ...], args: Sequence[str]) -> bool:
 
 
 def _need_cluster(command: str) -> bool:
-    if ChalkSettings().redis_url:
+    """Whether ``CHALK_REDIS_URL`` is set (else say so); ``ConfigurationError`` if malformed."""
+    url = ChalkSettings().redis_url
+    if url:
+        connect(url).close()  # parses the URL (connecting is left to the command)
         return True
     print(
         f"chalk {command}: set CHALK_REDIS_URL to the cluster's Redis, e.g. "

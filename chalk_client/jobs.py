@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from chalk_client.judge_specs import JudgeSpec
+from chalk_client.judge_specs import _UNSET, JudgeSpec, _given
 from chalk_client.scoring import Scoring
 from chalk_client.settings import Limits
 from chalk_client.submission import Submission
-from chalk_client.transcript import Transcript
+from chalk_client.transcript import JsonData, Transcript, check_json_numbers
 
 
 def _check_relative(paths: list[str]) -> list[str]:
@@ -32,20 +33,20 @@ class Step(BaseModel):
     ``submission_paths`` empty means the job's ``submission_paths``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     judge: JudgeSpec
     submission_paths: list[str] = Field(default_factory=list)
     name: str | None = None
 
     def __init__(
-        self, judge: Any = None, submission_paths: list[str] | None = None, /, **data: Any
+        self,
+        /,
+        judge: JudgeSpec | Mapping[str, Any] = _UNSET,
+        submission_paths: Sequence[str] = _UNSET,
+        **data: Any,
     ) -> None:
-        if judge is not None:
-            data["judge"] = judge
-        if submission_paths is not None:
-            data["submission_paths"] = submission_paths
-        super().__init__(**data)
+        super().__init__(**_given(data, judge=judge, submission_paths=submission_paths))
 
     _relative = field_validator("submission_paths")(_check_relative)
 
@@ -61,7 +62,7 @@ class ScoringJob(BaseModel):
     submission is passed, in path order.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str | None = Field(default=None, min_length=1, max_length=512)
     transcript: Transcript = Field(default_factory=Transcript)
@@ -69,12 +70,20 @@ class ScoringJob(BaseModel):
     steps: list[Step] | None = None
     submission: Submission | None = None
     submission_paths: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    """Yours: copied into the result untouched."""
+    metadata: dict[str, JsonData] = Field(default_factory=dict)
+    """Yours: copied into the result untouched (so JSON values only: no NaN or Infinity)."""
     limits: Limits | None = None
     """Limits for this job, capped by the worker's maxima."""
 
     _relative = field_validator("submission_paths")(_check_relative)
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _finite_limits(cls, limits: Any) -> Any:
+        # Limits travel to workers as JSON, which has no NaN or Infinity; checked first, so
+        # that NaN is not reported as "not greater than 0".
+        check_json_numbers(limits)
+        return limits
 
     @model_validator(mode="after")
     def _judge_or_steps(self) -> ScoringJob:

@@ -7,8 +7,10 @@ judge, flattened, with the reference's short-circuit rules.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -23,6 +25,8 @@ from pydantic import (
     model_serializer,
 )
 from pydantic.functional_validators import BeforeValidator
+
+from chalk_client.transcript import JsonData
 
 _FLAG_NAMES: dict[str, re.RegexFlag] = {
     "ASCII": re.ASCII,
@@ -100,10 +104,34 @@ RegexPattern = Annotated[
 """A compiled ``str`` pattern; JSON is the pattern string, or ``{"pattern", "flags"}``."""
 
 
-class _Typed(BaseModel):
-    """A model chosen by its ``type`` field, which is always written out."""
+class _Unset:
+    """The default of a constructor argument not given: the field keeps its own default."""
 
-    model_config = ConfigDict(extra="forbid")
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _given(data: dict[str, Any], **arguments: Any) -> dict[str, Any]:
+    """``data`` (a constructor's keyword arguments) with the arguments given by position added.
+
+    The judges take their main fields by position as well as by keyword, as
+    DESIGN names them (``ExecutableJudge(command, continue_threshold, ...)``);
+    pydantic then validates them like any other field.
+    """
+    data.update((name, value) for name, value in arguments.items() if value is not _UNSET)
+    return data
+
+
+class _Typed(BaseModel):
+    """A model chosen by its ``type`` field, which is always written out.
+
+    Numbers must be finite: JSON has no NaN or Infinity.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_serializer(mode="wrap")
     def _keep_type(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -150,10 +178,24 @@ class ExecutableJudge(_JudgeBase):
     timeout_s: float | None = Field(default=None, gt=0)
     """Wall-clock limit; ``None`` takes the worker's default (10 minutes)."""
 
-    def __init__(self, command: list[str] | str | None = None, /, **data: Any) -> None:
-        if command is not None:
-            data["command"] = command
-        super().__init__(**data)
+    def __init__(
+        self,
+        /,
+        command: Sequence[str | os.PathLike[str]] | str = _UNSET,
+        continue_threshold: float = _UNSET,
+        cwd: str | None = _UNSET,
+        timeout_s: float | None = _UNSET,
+        **data: Any,
+    ) -> None:
+        super().__init__(
+            **_given(
+                data,
+                command=command,
+                continue_threshold=continue_threshold,
+                cwd=cwd,
+                timeout_s=timeout_s,
+            )
+        )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -185,10 +227,15 @@ class RegexJudge(_JudgeBase):
     patterns: list[RegexPattern]
     """Strings or compiled patterns; flags survive JSON."""
 
-    def __init__(self, patterns: list[Any] | None = None, /, **data: Any) -> None:
-        if patterns is not None:
-            data["patterns"] = patterns
-        super().__init__(**data)
+    def __init__(
+        self,
+        /,
+        patterns: Sequence[str | re.Pattern[str] | Mapping[str, Any]]
+        | str
+        | re.Pattern[str] = _UNSET,
+        **data: Any,
+    ) -> None:
+        super().__init__(**_given(data, patterns=patterns))
 
     @field_validator("patterns", mode="before")
     @classmethod
@@ -209,23 +256,19 @@ class CustomJudge(_JudgeBase):
 
     type: Literal["custom"] = "custom"
     name: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, JsonData] = Field(default_factory=dict)
     """Keyword arguments for the registered judge's constructor (JSON values)."""
 
     def __init__(
-        self, name: str | None = None, params: dict[str, Any] | None = None, /, **data: Any
+        self, /, name: str = _UNSET, params: Mapping[str, Any] = _UNSET, **data: Any
     ) -> None:
-        if name is not None:
-            data["name"] = name
-        if params is not None:
-            data["params"] = params
-        super().__init__(**data)
+        super().__init__(**_given(data, name=name, params=params))
 
 
 class Criterion(BaseModel):
     """One rubric line: a yes/no question and the weight it adds when met."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     criterion: str = Field(min_length=1)
     weight: float = 1.0
@@ -249,10 +292,14 @@ class FileContext(_ContextBase):
     max_bytes: int = Field(default=100_000, gt=0)
     """Bytes shown per file; the rest is cut with a visible marker."""
 
-    def __init__(self, paths: list[str] | str | None = None, /, **data: Any) -> None:
-        if paths is not None:
-            data["paths"] = [paths] if isinstance(paths, str) else [str(p) for p in paths]
-        super().__init__(**data)
+    def __init__(
+        self, /, paths: Sequence[str | os.PathLike[str]] | str = _UNSET, **data: Any
+    ) -> None:
+        if isinstance(paths, str):
+            paths = [paths]
+        elif isinstance(paths, (list, tuple)):
+            paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
+        super().__init__(**_given(data, paths=paths))
 
 
 class TranscriptContext(_ContextBase):
@@ -277,10 +324,8 @@ class TextContext(_ContextBase):
     type: Literal["text"] = "text"
     text: str
 
-    def __init__(self, text: str | None = None, /, **data: Any) -> None:
-        if text is not None:
-            data["text"] = text
-        super().__init__(**data)
+    def __init__(self, /, text: str = _UNSET, **data: Any) -> None:
+        super().__init__(**_given(data, text=text))
 
 
 class CustomContext(_ContextBase):
@@ -288,16 +333,13 @@ class CustomContext(_ContextBase):
 
     type: Literal["custom"] = "custom"
     name: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, JsonData] = Field(default_factory=dict)
+    """Keyword arguments for the registered provider's constructor (JSON values)."""
 
     def __init__(
-        self, name: str | None = None, params: dict[str, Any] | None = None, /, **data: Any
+        self, /, name: str = _UNSET, params: Mapping[str, Any] = _UNSET, **data: Any
     ) -> None:
-        if name is not None:
-            data["name"] = name
-        if params is not None:
-            data["params"] = params
-        super().__init__(**data)
+        super().__init__(**_given(data, name=name, params=params))
 
 
 ContextSpec = Annotated[
@@ -322,6 +364,16 @@ class RubricJudge(_JudgeBase):
     """The model to ask; ``None`` takes ``CHALK_RUBRIC_MODEL``."""
     continue_threshold: float = -1.0
     """The task continues when the score is at least this (by default: always)."""
+
+    def __init__(
+        self,
+        /,
+        rubric: Sequence[Criterion | Mapping[str, Any]] = _UNSET,
+        context: Sequence[ContextSpec | Mapping[str, Any]] = _UNSET,
+        model: str | None = _UNSET,
+        **data: Any,
+    ) -> None:
+        super().__init__(**_given(data, rubric=rubric, context=context, model=model))
 
 
 class AllJudge(_JudgeBase):

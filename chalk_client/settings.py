@@ -19,7 +19,7 @@ MiB = 1024 * 1024
 class Limits(BaseModel):
     """A job's requested limits; a field left ``None`` takes the worker's default."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     wall_s: float | None = Field(default=None, gt=0)
     """Wall-clock seconds per executable judge."""
@@ -63,7 +63,7 @@ def _split_list(value: Any) -> Any:
 class ChalkSettings(BaseSettings):
     """Worker and client settings, from ``CHALK_*`` environment variables."""
 
-    model_config = SettingsConfigDict(env_prefix="CHALK_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CHALK_", extra="ignore", allow_inf_nan=False)
 
     redis_url: str | None = None
     """The cluster's Redis; unset means the embedded, in-process queue."""

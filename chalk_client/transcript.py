@@ -9,9 +9,11 @@ through JSON unchanged.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -20,12 +22,84 @@ from pydantic import (
     Tag,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 
-class _Block(BaseModel):
+def check_json_numbers(value: Any) -> None:
+    """Raise ``ValueError`` if ``value`` holds a number JSON cannot carry (NaN, Infinity).
+
+    Python reads and writes such numbers, but JSON has none: written out they
+    would become ``null``, so a job would change on its way to a worker. Dicts,
+    lists, tuples and models (their fields and extra fields) are searched; the
+    error names the place inside ``value``, e.g. ``runs[2].loss``.
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    seen: set[int] = set()
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                place = f" (at {path})" if path else ""
+                raise ValueError(
+                    f"{item} is not a number JSON can carry{place}; use a finite number, "
+                    "a string or null"
+                )
+            continue
+        if not isinstance(item, (BaseModel, dict, list, tuple)) or id(item) in seen:
+            continue  # a scalar, or a structure that contains itself: nothing new
+        seen.add(id(item))
+        if isinstance(item, BaseModel):
+            item = {**item.__dict__, **(item.__pydantic_extra__ or {})}
+        if isinstance(item, dict):
+            prefix = f"{path}." if path else ""
+            keys = (key for key in item if isinstance(key, float))
+            stack.extend((key, f"a key of {path or 'the value'}") for key in keys)
+            stack.extend((child, f"{prefix}{key}") for key, child in item.items())
+        else:
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+
+
+def _all_finite(value: Any) -> bool:
+    """``check_json_numbers``'s quick first look: ``False`` means "look closer"."""
+    if isinstance(value, (str, int)) or value is None:
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(map(_all_finite, value.values())) and all(map(_all_finite, value))
+    if isinstance(value, (list, tuple)):
+        return all(map(_all_finite, value))
+    return not isinstance(value, BaseModel)
+
+
+def _json_data(value: Any) -> Any:
+    try:
+        finite = _all_finite(value)
+    except RecursionError:  # deep, or containing itself: the careful walk copes
+        finite = False
+    if not finite:
+        check_json_numbers(value)
+    return value
+
+
+JsonData = Annotated[Any, AfterValidator(_json_data)]
+"""Any value that JSON can carry as it is: no NaN or Infinity anywhere in it."""
+
+
+class _Open(BaseModel):
+    """A model that keeps fields it does not know, as long as JSON can carry them."""
+
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="after")
+    def _json_extra(self) -> Any:
+        if self.__pydantic_extra__:
+            _json_data(self.__pydantic_extra__)
+        return self
+
+
+class _Block(_Open):
     @model_serializer(mode="wrap")
     def _keep_type(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
@@ -60,7 +134,7 @@ class ToolUseBlock(_Block):
 
     type: Literal["tool_use"] = "tool_use"
     name: str = ""
-    input: Any = None
+    input: JsonData = None
     id: str | None = None
 
 
@@ -68,7 +142,7 @@ class ToolResultBlock(_Block):
     """What a tool returned, as a content block."""
 
     type: Literal["tool_result"] = "tool_result"
-    content: Any = None
+    content: JsonData = None
     tool_use_id: str | None = None
 
 
@@ -100,34 +174,28 @@ ContentBlock = Annotated[
 """One block of multipart message content, chosen by its ``type``."""
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(_Open):
     """The function part of an OpenAI tool call; ``arguments`` is the raw JSON string."""
-
-    model_config = ConfigDict(extra="allow")
 
     name: str
     arguments: str = ""
 
 
-class ToolCall(BaseModel):
+class ToolCall(_Open):
     """An OpenAI-style tool call carried by an assistant message."""
-
-    model_config = ConfigDict(extra="allow")
 
     id: str | None = None
     type: str = "function"
     function: FunctionCall
 
 
-class Message(BaseModel):
+class Message(_Open):
     """One message of the conversation.
 
     ``role`` is ``system``, ``user``, ``assistant`` or ``tool`` (other roles are
     kept as given). ``content`` is a string, a list of blocks, or ``None`` for an
     assistant turn that only calls tools.
     """
-
-    model_config = ConfigDict(extra="allow")
 
     role: str
     content: str | list[ContentBlock] | None = None
@@ -151,7 +219,7 @@ class Transcript(BaseModel):
     """
 
     messages: list[Message] = Field(default_factory=list)
-    events: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[dict[str, JsonData]] = Field(default_factory=list)
 
     @field_validator("events")
     @classmethod

@@ -27,7 +27,13 @@ async def score_stream(
 
     ``jobs`` is consumed lazily, so a file of any length needs memory only for
     the jobs in flight. Ids repeated in ``jobs`` are scored once and yielded once.
+    ``concurrency`` (jobs in flight) must be at least 1; ``None`` takes
+    ``CHALK_EMBEDDED_CONCURRENCY``, or 32.
     """
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(
+            f"concurrency must be at least 1 (or None for the default), not {concurrency}"
+        )
     settings = settings or ChalkSettings()
     limit = concurrency or settings.embedded_concurrency or DEFAULT_CONCURRENCY
     pending: set[asyncio.Task[JobResult]] = set()

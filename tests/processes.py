@@ -54,6 +54,8 @@ def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Po
             "no",
             "--dir",
             str(workdir),
+            "--databases",
+            "64",
             *persistence,
         ],
         stdout=subprocess.DEVNULL,

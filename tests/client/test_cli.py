@@ -86,7 +86,9 @@ def test_rerun_skips_scored_ids_and_retries_failures(tmp_path):
     assert "Skipped 2 jobs already scored" in second.stderr
     assert "Scored 1 jobs" in second.stderr  # only the failed one again
     lines = out.read_text().splitlines()
-    assert len(lines) == 3 and len({JobResult.model_validate_json(x).job_id for x in lines}) == 3
+    # Only the torn line went; the earlier failure stays, followed by the new result.
+    assert [JobResult.model_validate_json(x).job_id for x in lines][-1] == "broken"
+    assert len(lines) == 4 and len({JobResult.model_validate_json(x).job_id for x in lines}) == 3
 
 
 def test_lines_without_judge_take_the_judge_file(tmp_path):

@@ -236,3 +236,115 @@ def test_job_result_roundtrips_and_reports_its_score():
     assert result.score == 0.5 and result.done
     assert JobResult(job_id="j", status="queued").done is False
     assert {s.value for s in JobStatus} == {"queued", "running", "succeeded", "failed"}
+
+
+# DESIGN's parameters by position
+
+
+def test_judges_and_steps_take_design_parameters_by_position():
+    judge = ExecutableJudge(["x", "o"], 0.5)
+    assert judge.command == ["x", "o"] and judge.continue_threshold == 0.5
+    full = ExecutableJudge(["{python}", "s.py", "out.json"], 1.0, "/srv", 30)
+    assert (full.continue_threshold, full.cwd, full.timeout_s) == (1.0, "/srv", 30.0)
+    assert full == ExecutableJudge(
+        command=["{python}", "s.py", "out.json"], continue_threshold=1.0, cwd="/srv", timeout_s=30
+    )
+    rubric = RubricJudge([{"criterion": "c", "weight": 0.5}], [TranscriptContext()], "m")
+    assert rubric == RubricJudge(
+        rubric=[{"criterion": "c", "weight": 0.5}], context=[TranscriptContext()], model="m"
+    )
+    assert RegexJudge(["hi"]) == RegexJudge(patterns=["hi"])
+    assert CustomJudge("mine", {"n": 1}) == CustomJudge(name="mine", params={"n": 1})
+    step = Step(judge, ["a.txt"])
+    assert step == Step(judge=judge, submission_paths=["a.txt"])
+    for model in (full, rubric, step, ScoringJob(steps=[step])):
+        assert roundtrip(model) == model
+
+
+def test_positional_parameters_are_validated_and_not_given_twice():
+    with pytest.raises(ValidationError, match="continue_threshold"):
+        ExecutableJudge(["x", "o"], "high")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="timeout_s"):
+        ExecutableJudge(["x", "o"], 0, None, -1)
+    with pytest.raises(TypeError, match="multiple values"):
+        ExecutableJudge(["x", "o"], command=["y", "o"])  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        ExecutableJudge(["x", "o"], shell=True)
+    with pytest.raises(TypeError):
+        RegexJudge(["a"], ["b"])  # type: ignore[misc]
+
+
+def test_signatures_name_design_parameters_in_order():
+    import inspect
+
+    def positional(model: type) -> list[str]:
+        return [
+            p.name
+            for p in inspect.signature(model).parameters.values()
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+
+    assert positional(ExecutableJudge) == ["command", "continue_threshold", "cwd", "timeout_s"]
+    assert positional(RubricJudge) == ["rubric", "context", "model"]
+    assert positional(RegexJudge) == ["patterns"]
+    assert positional(CustomJudge) == ["name", "params"]
+    assert positional(Step) == ["judge", "submission_paths"]
+
+
+# numbers JSON cannot carry
+
+
+NON_FINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda v: ExecutableJudge(["x", "o"], v),
+        lambda v: ExecutableJudge(["x", "o"], timeout_s=v),
+        lambda v: RubricJudge([{"criterion": "c", "weight": v}]),
+        lambda v: RubricJudge([{"criterion": "c"}], continue_threshold=v),
+        lambda v: CustomJudge("mine", {"expected": [1, {"deep": v}]}),
+        lambda v: ScoringJob(judge=AlwaysPassJudge(), metadata={"seed": v}),
+        lambda v: ScoringJob(judge=AlwaysPassJudge(), metadata={"runs": [{"loss": v}]}),
+        lambda v: ScoringJob(judge=AlwaysPassJudge(), limits={"wall_s": v}),
+        lambda v: Transcript(events=[{"type": "tick", "at": v}]),
+        lambda v: Message(role="assistant", content=[{"type": "tool_use", "input": {"x": v}}]),
+        lambda v: Message(role="assistant", logprob=v),
+    ],
+)
+def test_models_refuse_numbers_json_cannot_carry(build, value):
+    with pytest.raises(ValidationError, match="finite"):
+        build(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"judge": {"type": "always_pass"}, "metadata": {"x": NaN}}',
+        '{"judge": {"type": "executable", "command": ["x", "o"], "continue_threshold": Infinity}}',
+        '{"judge": {"type": "always_pass"}, "limits": {"wall_s": Infinity}}',
+        '{"judge": {"type": "always_pass"}, "transcript": {"events": [{"type": "t", "v": NaN}]}}',
+    ],
+)
+def test_jobs_read_from_json_refuse_nan_and_infinity(text):
+    with pytest.raises(ValidationError, match="finite"):
+        ScoringJob.model_validate_json(text)
+
+
+def test_the_cluster_refuses_such_a_job_before_sending_it():
+    from chalk_client.records import prepare_job
+
+    with pytest.raises(chalk_client.InvalidJobError, match="finite"):
+        prepare_job({"judge": {"type": "always_pass"}, "metadata": {"x": float("nan")}})
+
+
+def test_finite_numbers_and_odd_metadata_still_pass():
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    job = ScoringJob(
+        judge=ExecutableJudge(["x", "o"], 1e308),
+        metadata={"big": 1e308, "small": -1e-308, "int": 10**30, "loop": loop},
+    )
+    assert job.metadata["big"] == 1e308

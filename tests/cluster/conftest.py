@@ -57,7 +57,7 @@ def redis_url(redis_server: str) -> Iterator[str]:
     yield redis_server
 
 
-_databases = iter(range(1, 16))
+_databases = iter(range(1, 64))  # redis-server runs with --databases 64
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def own_redis_url(redis_server: str) -> str:
     """A Redis database of this test's own (the shared worker uses database 0), empty."""
     number = next(_databases, None)
     if number is None:
-        pytest.fail("more than 15 tests asked for a database of their own; raise the limit")
+        pytest.fail("more than 63 tests asked for a database of their own; raise the limit")
     url = redis_server.rsplit("/", 1)[0] + f"/{number}"
     redis.Redis.from_url(url).flushdb()
     return url
