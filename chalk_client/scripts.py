@@ -184,10 +184,15 @@ HEARTBEAT = Script(
 """
     + _NOW_MS
     + """
+-- Renewing moves deadlines, it does not add members: it must go on when Redis is at
+-- maxmemory, or idle workers would reap running jobs and score them again. Redis
+-- refuses a script at its first write that may use memory (ZADD) unless it already
+-- wrote: so first a write that never needs memory (ZREM of no member).
+redis.call('ZREM', KEYS[1], '')
 local lost = {}
 for i = 5, #ARGV do
   if redis.call('GET', ARGV[3] .. ARGV[i]) == ARGV[1] then
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i])
+    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[i])
   elseif redis.call('EXISTS', ARGV[4] .. ARGV[i]) == 0 then
     lost[#lost + 1] = ARGV[i]
   end

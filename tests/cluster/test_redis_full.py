@@ -167,3 +167,26 @@ def test_jobs_reaped_while_redis_is_full_are_enqueued_once_it_is_not(full_redis)
         runtime.keeper.stopped.set()
     assert sent == ["orphan"]
     assert [job_of(m) for m in store.lrange("chalk", 0, -1)] == ["orphan"]
+
+
+def test_leases_are_renewed_while_redis_is_full(full_redis):
+    # Otherwise an idle worker would reap a running job once its lease ran out and it
+    # would be scored a second time after memory comes back.
+    url, store = full_redis
+    leases = LeaseStore(redis.Redis.from_url(url), ChalkSettings(lease_s=60))
+    store.hset(
+        keys.job("j"),
+        mapping={"job": ScoringJob(id="j", judge=AlwaysPassJudge()).model_dump_json(), "blob": ""},
+    )
+    assert leases.start("j", "me").outcome == "start"
+    before = store.zscore(keys.RUNNING, "j")
+    assert before is not None
+    store.zadd(keys.RUNNING, {"j": before - 30_000})  # as if half the lease had passed
+    store.config_set("maxmemory", FULL)
+    assert leases.heartbeat(["j"], "me") == []  # renewed, not refused
+    renewed = store.zscore(keys.RUNNING, "j")
+    assert renewed is not None and renewed > before - 1_000
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        store.set("anything", "else")  # Redis is full indeed
+    assert leases.heartbeat(["j"], "someone else") == ["j"]  # and still says who lost one
+    assert leases.reap() == []
