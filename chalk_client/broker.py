@@ -25,8 +25,9 @@ from typing import Any
 
 import redis
 from kombu import Connection, Exchange, Queue
+from kombu.transport import TRANSPORT_ALIASES
 
-from chalk_client.errors import ChalkError, QueueError, QueueUnavailableError
+from chalk_client.errors import ChalkError, ConfigurationError, QueueError, QueueUnavailableError
 from chalk_client.records import PreparedJob
 from chalk_client.store import shown_url, store_error
 
@@ -110,6 +111,13 @@ class KombuPublisher:
     """
 
     def __init__(self, broker_url: str, queue: str) -> None:
+        scheme = broker_url.split("://", 1)[0].split("+", 1)[0] if "://" in broker_url else ""
+        if scheme not in TRANSPORT_ALIASES:  # kombu would take "notaurl" for an AMQP host
+            raise ConfigurationError(
+                f"{shown_url(broker_url)!r} is not a broker URL; give one like "
+                "amqp://user:password@host:5672// (RabbitMQ) or redis://host:6379/0 in "
+                "CHALK_BROKER_URL"
+            )
         self.broker_url = broker_url
         self.queue = task_queue(queue)
         self._connection: Connection | None = None

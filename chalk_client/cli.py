@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_at_least_one,
         default=None,
         metavar="N",
-        help="jobs scored at once, at least 1 (default: 32)",
+        help="jobs scored at once without a cluster, at least 1 (default: 32)",
     )
     score.add_argument(
         "--skip-invalid",
@@ -155,6 +155,12 @@ def _score(args: argparse.Namespace) -> int:
     context = results.open() if results else nullcontext(sys.stdout)
     with context as out:
         if settings.redis_url:
+            if args.concurrency is not None:
+                print(
+                    "chalk score: --concurrency sets the embedded queue's jobs at once; on the "
+                    "cluster each worker sets its own (chalk worker --concurrency N)",
+                    file=sys.stderr,
+                )
             score_on_cluster(_fresh(jobs, done, tally), out, tally, bar)
         else:
             fresh = _fresh(jobs, done, tally)

@@ -399,6 +399,14 @@ def test_a_malformed_redis_url_is_a_configuration_error(url):
         AsyncChalkClient(url)
 
 
+@pytest.mark.parametrize("broker", ["notaurl", "http://host:5672//"])
+def test_a_malformed_broker_url_is_a_configuration_error_at_once(own_redis_url, broker):
+    # kombu would take "notaurl" for an AMQP host and fail only at the first publish.
+    for make in (ChalkClient, AsyncChalkClient):
+        with pytest.raises(ConfigurationError, match="is not a broker URL"):
+            make(own_redis_url, broker_url=broker)
+
+
 def test_a_malformed_url_hides_its_password():
     with pytest.raises(ConfigurationError) as caught:
         ChalkClient("redis://user:s3cret@host:notaport/0")

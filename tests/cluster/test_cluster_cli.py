@@ -63,3 +63,14 @@ def test_chalk_score_on_the_cluster_streams_resumes_and_reports(redis_url, share
 
     unknown = chalk(redis_url, "status", "no-such-thing")
     assert unknown.returncode == 2 and "no job 'no-such-thing'" in unknown.stderr
+
+
+def test_concurrency_on_the_cluster_is_explained_not_silently_ignored(
+    redis_url, shared_worker, tmp_path
+):
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text('{"id": "conc-1", "judge": {"type": "always_pass"}}\n')
+    run = chalk(redis_url, "score", str(rollouts), "--concurrency", "4")
+    assert run.returncode == 0, run.stderr
+    assert "on the cluster each worker sets its own (chalk worker --concurrency N)" in run.stderr
+    assert JobResult.model_validate_json(run.stdout).score == 1.0
