@@ -61,21 +61,23 @@ local function watch()
   redis.call('SADD', KEYS[3], ARGV[5])
   redis.call('EXPIRE', KEYS[3], ttl)
 end
+-- Registered first, whatever the answer: a finished job may be retried by someone
+-- else (retry_failed) and its next result must wake this waiter too. SADD is also
+-- the first write, one that needs memory: a full Redis refuses the script whole.
+watch()
 local found = redis.call('GET', KEYS[2])
 if found then
   if ARGV[7] == '1' and cjson.decode(found)['status'] == 'failed' then
     redis.call('DEL', KEYS[2])
-    watch()
     record()
     return 'requeued'
   end
   return 'done'
 end
-watch()
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'base')
   if rec[1] and (publishes or ARGV[6] ~= '') then
-    if redis.call('EXISTS', KEYS[6]) == 1 or (redis.call('GET', KEYS[4]) or '0') ~= rec[2] then
+    if redis.call('EXISTS', KEYS[6]) == 1 then
       redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
       return 'duplicate'
     end
@@ -121,7 +123,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 'released' end
 local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter', 'base')
 if not rec[1] then return 'queued' end
 if redis.call('EXISTS', KEYS[5]) == 1 then return 'queued' end
-if (redis.call('GET', KEYS[4]) or '0') ~= rec[3] then return 'queued' end
 if rec[1] == ARGV[1] and rec[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', KEYS[3], ARGV[1])
@@ -136,9 +137,16 @@ WATCH = Script(
     """
 -- KEYS: result, job, watchers
 -- ARGV: id, waiter, ttl
--- A finished job is 'done' (the waiter reads its result); nothing is pushed for it.
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'done' end
-if redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
+-- A finished job is 'done' (the waiter reads its result); nothing is pushed for it,
+-- but the waiter is registered where Redis has room: if someone retries the job
+-- (retry_failed) before the waiter reads the result, the next result wakes it.
+local done = redis.call('EXISTS', KEYS[1]) == 1
+if not done and redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
+if done then
+  redis.pcall('SADD', KEYS[3], ARGV[2])
+  redis.pcall('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+  return 'done'
+end
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
 return 'waiting'
@@ -164,6 +172,8 @@ if holder then
 end
 redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[4]))
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+-- Its message was delivered: a submit that failed to publish it must not release it.
+redis.call('HDEL', KEYS[1], 'unpublished')
 local n = redis.call('INCR', KEYS[5])
 redis.call('EXPIRE', KEYS[5], tonumber(ARGV[4]))
 local digest = rec[2] or ''

@@ -421,3 +421,52 @@ def test_chalk_commands_turn_a_malformed_url_into_a_message(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert "is not a Redis URL" in done.stderr and "redis://" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_waiter_told_done_is_woken_by_the_result_of_a_retry(redis_url, client):
+    # B submits a job whose result is `failed` (B is told "done"); C retries it before B
+    # reads that result: B must get the retry's result, not wait for ever.
+    store = redis.Redis.from_url(redis_url)
+    parked = ChalkClient(redis_url, settings=ChalkSettings(queue="parked"))  # no worker reads it
+    job = ScoringJob(id="done-then-retried", judge=AlwaysPassJudge())
+    parked.submit(job)
+    store.delete("parked")
+    leases = LeaseStore(redis.Redis.from_url(redis_url), client.settings)
+    start = leases.start(job.id, "a worker")
+    failed = JobResult(job_id=job.id, status=JobStatus.FAILED, error="boom", attempts=1)
+    assert start.outcome == "start" and leases.finish(failed, "a worker")
+
+    told_done = client.submit(job)  # B
+    retried = parked.submit(job, retry_failed=True)  # C: its message waits in "parked"
+    outcome: dict[str, object] = {}
+    waiting = threading.Thread(target=lambda: outcome.update(b=told_done.wait(30)))
+    waiting.start()
+    store.rpoplpush("parked", client.settings.queue)  # C's message reaches the worker
+    assert retried.wait(30).status is JobStatus.SUCCEEDED
+    waiting.join(35)
+    assert isinstance(outcome.get("b"), JobResult)
+    assert outcome["b"].status is JobStatus.SUCCEEDED  # type: ignore[attr-defined]
+
+
+def test_a_retry_refused_by_a_full_redis_changes_nothing(own_redis_url):
+    store = redis.Redis.from_url(own_redis_url)
+    settings = ChalkSettings(queue="no-worker-here")
+    client = ChalkClient(own_redis_url, settings=settings)
+    job = ScoringJob(id="retry-when-full", judge=AlwaysPassJudge())
+    client.submit(job)
+    store.delete("no-worker-here")
+    leases = LeaseStore(redis.Redis.from_url(own_redis_url), settings)
+    leases.start(job.id, "a worker")
+    leases.finish(JobResult(job_id=job.id, status=JobStatus.FAILED, error="boom"), "a worker")
+    store.config_set("maxmemory-policy", "noeviction")
+    store.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(StoreFullError) as caught:
+            client.submit(job, retry_failed=True)
+        assert caught.value.not_queued == (job.id,)
+        assert client.get(job.id).status is JobStatus.FAILED  # the failed result is kept
+        assert store.llen("no-worker-here") == 0  # and nothing was queued
+    finally:
+        store.config_set("maxmemory", 0)
+    assert client.submit(job, retry_failed=True).job_id == job.id
+    assert store.llen("no-worker-here") == 1

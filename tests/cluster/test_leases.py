@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
+from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob, keys
 from chalk_client.judges import AlwaysPassJudge
 from chalk_worker.leases import LeaseStore
 
@@ -95,3 +95,13 @@ def test_jobs_started_and_finished_at_once_by_many_threads_each_get_their_own_re
     for thread in threads:
         thread.join(30)
     assert seen == {job_id: ("start", job_id, True, False) for job_id in ids}
+
+
+def test_starting_a_job_marks_its_message_delivered(own_redis_url):
+    # A submit whose publish failed releases the job only while this mark is there:
+    # once a worker started the job, its message was delivered after all.
+    leases = setup(own_redis_url)
+    store = redis.Redis.from_url(own_redis_url)
+    store.hset(keys.job("j"), "unpublished", "waiter-1")
+    assert leases.start("j", "worker-a").outcome == "start"
+    assert store.hget(keys.job("j"), "unpublished") is None
