@@ -299,6 +299,20 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         finally:
             self.took_entry = False
 
+    def _deliver_fanout_message(self, message: Any, exchange: str) -> bool:
+        # Broadcasts (remote control) come by PUBLISH, past _brpop_read: one malformed
+        # PUBLISH to the pidbox channel would otherwise stop every worker at once.
+        self.took_entry = False
+        try:
+            return bool(super()._deliver_fanout_message(message, exchange))
+        except Exception as exc:
+            if self.took_entry or isinstance(exc, self._redis_errors):
+                raise
+            log.error("dropped a broadcast on %s that is not a message: %s", exchange, _why(exc))
+            return False
+        finally:
+            self.took_entry = False
+
 
 def _why(exc: Exception) -> str:
     """Why an entry was dropped, and the entry (shortened), in one line."""

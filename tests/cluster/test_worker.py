@@ -344,3 +344,24 @@ def test_stray_entries_are_dropped_and_the_same_worker_goes_on(own_redis_url, st
     while store.hlen("unacked"):  # nothing left held (the last ack follows the result)
         assert time.monotonic() < deadline, store.hgetall("unacked")
         time.sleep(0.05)
+
+
+def test_a_malformed_broadcast_is_dropped_and_the_worker_goes_on(own_redis_url, start_worker):
+    # Every worker listens to the remote-control channel: one bad PUBLISH must not stop all.
+    worker = start_worker(own_redis_url, concurrency=2)
+    store = redis.Redis.from_url(own_redis_url)
+    channel = f"/{own_redis_url.rsplit('/', 1)[1]}.celery.pidbox"  # kombu's fanout channel
+    deadline = time.monotonic() + 30
+    while not store.pubsub_numpat():  # the worker listens (kombu subscribes by pattern)
+        assert time.monotonic() < deadline, worker.text()
+        time.sleep(0.1)
+    for bad in ['{"x": 1}', "[1]", "5", json.dumps({**message(), "body": "!!!!"})]:
+        store.publish(channel, bad)
+    after = ChalkClient(own_redis_url).submit_and_wait(
+        ScoringJob(id="after-broadcasts", judge=AlwaysPassJudge()), timeout=30
+    )
+    assert after.status is JobStatus.SUCCEEDED and after.worker.endswith(f":{worker.pid}")
+    assert worker.proc.poll() is None
+    log = worker.text()
+    assert "Unrecoverable error" not in log
+    assert log.count("dropped a broadcast on celery.pidbox that is not a message") == 4
