@@ -88,7 +88,7 @@ class LeaseKeeper(threading.Thread):
         runtime = self.runtime
         try:
             if self._unsent:
-                self._requeue(self._unsent)
+                self._requeue(list(self._unsent))
             lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
@@ -124,9 +124,9 @@ class LeaseKeeper(threading.Thread):
         worker's next reap takes them. If Redis refuses that too (out of memory,
         say), this keeper keeps them and tries again at its next tick.
         """
-        self._unsent = []
         try:
             self.requeue(job_ids)
+            self._forget(job_ids)
             return
         except redis.RedisError as exc:
             doing = f"re-enqueueing {', '.join(job_ids[:10])}"
@@ -136,8 +136,14 @@ class LeaseKeeper(threading.Thread):
             log.exception("could not re-enqueue %s; will try again", job_ids)
         try:
             self.runtime.leases.expire_now(job_ids)
-        except redis.RedisError:
-            self._unsent = list(job_ids)
+            self._forget(job_ids)
+        except redis.RedisError:  # kept with any others still unsent, never in their place
+            self._unsent = list(dict.fromkeys([*self._unsent, *job_ids]))
+
+    def _forget(self, job_ids: list[str]) -> None:
+        """Drop ``job_ids`` from the unsent: their messages went out, or any reap takes them."""
+        sent = set(job_ids)
+        self._unsent = [job_id for job_id in self._unsent if job_id not in sent]
 
 
 class WorkerRuntime:

@@ -190,3 +190,35 @@ def test_leases_are_renewed_while_redis_is_full(full_redis):
         store.set("anything", "else")  # Redis is full indeed
     assert leases.heartbeat(["j"], "someone else") == ["j"]  # and still says who lost one
     assert leases.reap() == []
+
+
+def test_every_job_reaped_while_redis_is_full_is_enqueued_later(full_redis):
+    # Two dead workers' jobs, reaped at different ticks while Redis is full: neither is lost.
+    url, store = full_redis
+    sent: list[str] = []
+
+    def requeue(job_ids: list[str]) -> None:
+        store.rpush("chalk", *[redis_message(job_id, "chalk") for job_id in job_ids])
+        sent.extend(job_ids)
+
+    now_ms = time.time() * 1000
+    store.zadd(keys.RUNNING, {"orphan-a": 0, "orphan-b": now_ms + 1500})
+    store.set(keys.owner("orphan-a"), "a dead worker")
+    store.set(keys.owner("orphan-b"), "another dead worker")
+    store.config_set("maxmemory", FULL)
+    runtime = WorkerRuntime(ChalkSettings(lease_s=0.2), url, requeue)
+    try:
+        deadline = time.monotonic() + 10
+        while store.zcard(keys.RUNNING):  # both reaped while full, at different ticks
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)
+        store.config_set("maxmemory", 0)
+        while len(sent) < 2:
+            assert time.monotonic() < deadline, f"enqueued only {sent}"
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        runtime.keeper.stopped.set()
+    assert sorted(sent) == ["orphan-a", "orphan-b"]
+    assert sorted(job_of(m) for m in store.lrange("chalk", 0, -1)) == ["orphan-a", "orphan-b"]
