@@ -68,6 +68,8 @@ def _to_pattern(value: Any) -> re.Pattern[str]:
             return re.compile(value["pattern"], _parse_flags(value.get("flags", 0)))
     except re.error as exc:
         raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
+    except (OverflowError, TypeError) as exc:  # flags out of range, say
+        raise ValueError(f"invalid regular expression {value!r:.200}: {exc}") from exc
     raise ValueError(
         f'a regex pattern is a string, a compiled str pattern or {{"pattern", "flags"}}; '
         f"got {value!r:.80}"

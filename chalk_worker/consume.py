@@ -258,6 +258,8 @@ class WorkerRuntime:
             job = load_job(start.record, start.archive)
         except ValidationError as exc:
             return failed(f"the job's record in Redis is not a valid job: {exc}")
+        except Exception as exc:  # any record that cannot be read ends failed, never retried
+            return failed(f"the job's record in Redis cannot be read: {type(exc).__name__}: {exc}")
         if job.id != job_id:
             return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
         if start.blob != "large":

@@ -105,3 +105,24 @@ def test_starting_a_job_marks_its_message_delivered(own_redis_url):
     store.hset(keys.job("j"), "unpublished", "waiter-1")
     assert leases.start("j", "worker-a").outcome == "start"
     assert store.hget(keys.job("j"), "unpublished") is None
+
+
+def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
+    import asyncio
+
+    from chalk_worker.consume import WorkerRuntime
+    from chalk_worker.leases import Start
+
+    runtime = WorkerRuntime(ChalkSettings(), own_redis_url, requeue=lambda job_ids: None)
+    try:
+        for record in (
+            b"[" * 100_000,  # nested too deeply for the JSON reader
+            b'{"id": "j", "judge": {"type": "regex", "patterns": [{"pattern": "a", '
+            b'"flags": 1099511627776}]}}',  # flags too large for re
+        ):
+            start = Start("start", attempts=1, record=record)
+            result = asyncio.run(runtime._score("j", start, "worker"))
+            assert result.status is JobStatus.FAILED, result
+            assert "record in Redis" in (result.error or "")
+    finally:
+        runtime.keeper.stopped.set()
