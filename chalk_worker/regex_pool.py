@@ -55,6 +55,8 @@ START_TIMEOUT_S = 30.0
 ORPHAN_CHECK_S = 1.0
 """During a search, how often a helper checks that the worker that started it still runs."""
 _PROGRESS_BYTES = 4
+NOT_BEGUN = 0xFFFFFFFF
+"""What the progress page holds before the helper begins a search's first pattern."""
 _READY = "ready"
 _SCRIPT = os.path.abspath(__file__)
 
@@ -73,8 +75,10 @@ class RegexOutcome:
 
     unmatched: list[int] = field(default_factory=list)
     """Indexes of the patterns ``re.search`` found nowhere in the text, in order."""
-    timed_out: int | None = None
-    """Index of the pattern still being searched when the time limit ran out."""
+    timed_out: bool = False
+    """Whether the time limit ran out before the search ended."""
+    timed_out_on: int | None = None
+    """Index of the pattern being searched then; ``None`` if none had begun."""
     error: str | None = None
     """Why the search could not be made (a helper that died twice, a closed pool)."""
 
@@ -128,6 +132,9 @@ class _Helper:
 
         Raises ``EOFError`` or ``OSError`` when the helper is gone.
         """
+        # Until the helper notes its first pattern, the page says "none begun", not the
+        # last pattern of its previous search.
+        os.pwrite(self._progress.fileno(), NOT_BEGUN.to_bytes(_PROGRESS_BYTES, "little"), 0)
         self.channel.send((patterns, text))
         answered = loop.create_future()
         fd = self.channel.fileno()
@@ -141,9 +148,14 @@ class _Helper:
             timer.cancel()
         return self.channel.recv()
 
-    def current_pattern(self) -> int:
-        """The index of the pattern the helper began last (meaningful once it is stopped)."""
-        return int.from_bytes(os.pread(self._progress.fileno(), _PROGRESS_BYTES, 0), "little")
+    def current_pattern(self) -> int | None:
+        """The index of the pattern the helper began last in this search, if any.
+
+        Meaningful once the helper is stopped; ``None`` when it had not begun one
+        (it was still reading a very large request, say).
+        """
+        noted = int.from_bytes(os.pread(self._progress.fileno(), _PROGRESS_BYTES, 0), "little")
+        return None if noted == NOT_BEGUN else noted
 
     def ending(self) -> str:
         """How the process ended, e.g. ``was killed by SIGKILL``, for error messages."""
@@ -185,7 +197,12 @@ class RegexPool:
     """
 
     def __init__(self, size: int | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self.size = size or os.cpu_count() or 1
+        # Helpers are started and reaped on threads of the pool's own: the loop's default
+        # executor may be busy with other jobs' work, and a time limit must not wait for it.
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chalk-regex")
         self._lock = threading.Lock()
         self._turns = self.size
         self._waiting: deque[tuple[AbstractEventLoop, Future[None]]] = deque()
@@ -219,7 +236,9 @@ class RegexPool:
             try:
                 reply = await helper.ask(loop, patterns, text, timeout_s)
             except TimeoutError:
-                return RegexOutcome(timed_out=await self._retire(loop, helper))
+                # Killed at once, here on the loop: the kill must not wait for a free thread.
+                helper.process.kill()
+                return RegexOutcome(timed_out=True, timed_out_on=await self._retire(loop, helper))
             except (EOFError, OSError):
                 # A moment for a dying helper to finish dying, so its true end is told.
                 await self._retire(loop, helper, grace_s=1.0)
@@ -258,7 +277,7 @@ class RegexPool:
                     helper.close()  # died while idle (it is reaped already)
             try:
                 # Starting a process can take a while: not on the event loop.
-                await loop.run_in_executor(None, self._start_helper)
+                await loop.run_in_executor(self._threads, self._start_helper)
             except (EOFError, OSError) as exc:
                 return f"a regex helper process could not be started: {exc}"
 
@@ -277,12 +296,17 @@ class RegexPool:
                 return
         helper.close()
 
-    async def _retire(self, loop: AbstractEventLoop, helper: _Helper, grace_s: float = 0.0) -> int:
+    async def _retire(
+        self, loop: AbstractEventLoop, helper: _Helper, grace_s: float = 0.0
+    ) -> int | None:
         """Stop a helper that must not serve again (off the event loop); the pattern it was on."""
         with self._lock:
             self._helpers.discard(helper)
         try:
-            await loop.run_in_executor(None, helper.stop, grace_s)
+            try:
+                await loop.run_in_executor(self._threads, helper.stop, grace_s)
+            except RuntimeError:  # the pool was closed: its threads are gone, and so is it
+                helper.stop()
             return helper.current_pattern()
         finally:
             helper.forget()
@@ -344,6 +368,7 @@ class RegexPool:
             helper.close()
         for helper in busy:
             helper.process.kill()  # its search sees the pipe close, and reaps it
+        self._threads.shutdown(wait=False)
 
     def forget(self) -> None:
         """In a forked child: drop the parent's pool, closing its pipes but sparing its helpers."""

@@ -33,12 +33,18 @@ async def evaluate_regex(judge: RegexJudge, context: JudgeContext) -> Scoring:
     )
     if outcome.error is not None:
         raise JudgeError(f"the regex judge could not search the transcript: {outcome.error}")
-    if outcome.timed_out is not None:
+    if outcome.timed_out:
+        index = outcome.timed_out_on
+        if index is not None and 0 <= index < len(patterns):
+            what = f"searching for the pattern {patterns[index].pattern!r}"
+            advice = "simplify the pattern (nested repetition such as (a+)+ can take for ever)"
+        else:
+            what = "the search (it had not begun any pattern: a very large transcript?)"
+            advice = "check the transcript's size"
         return Scoring.fail(
             "error",
-            f"searching for the pattern {patterns[outcome.timed_out].pattern!r} did not finish"
-            f" within {limit:g} s (the limit regex_timeout_s, CHALK_REGEX_TIMEOUT_S); simplify"
-            " the pattern (nested repetition such as (a+)+ can take for ever) or raise the limit",
+            f"{what} did not finish within {limit:g} s (the limit regex_timeout_s, "
+            f"CHALK_REGEX_TIMEOUT_S); {advice} or raise the limit",
         )
     missed = [patterns[index].pattern for index in outcome.unmatched]
     if missed:

@@ -159,7 +159,7 @@ def test_a_hung_search_does_not_hold_up_searches_on_other_helpers():
         hung, quick, quick_s, still_hung = asyncio.run(scenario())
     finally:
         pool.close()
-    assert hung.timed_out == 0
+    assert hung.timed_out and hung.timed_out_on == 0
     assert [outcome.unmatched for outcome in quick] == [[0]] + [[]] * 19
     assert still_hung and quick_s < 1.0
 
@@ -238,7 +238,7 @@ def test_a_helper_killed_mid_search_is_replaced_and_the_search_tried_again():
 
     try:
         first, outcome = asyncio.run(scenario())
-        assert outcome.error is None and outcome.timed_out is None
+        assert outcome.error is None and not outcome.timed_out
         assert outcome.unmatched == [0]
         assert gone(first) and first not in pool.pids()
     finally:
@@ -309,3 +309,44 @@ def test_the_limit_is_ten_seconds_unless_chalk_regex_timeout_s_says_otherwise(mo
     assert ChalkSettings(regex_timeout_s=4).regex_timeout_s == 4.0  # explicit arguments win
     with pytest.raises(ValueError, match="greater than 0"):
         ChalkSettings(regex_timeout_s=0)
+
+
+def test_a_search_stopped_before_its_first_pattern_names_no_pattern_of_an_earlier_search():
+    pool = RegexPool(size=1)
+
+    async def scenario():
+        first = await pool.search([("a", 0), ("b", 0), ("c", 0), ("d", 0), ("e", 0)], "abc", 5)
+        # So short a limit on so long a text that the helper is still reading the request.
+        second = await pool.search([("x", 0)], "y" * (64 << 20), 0.001)
+        return first, second
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        pool.close()
+    assert first.unmatched == [3, 4]
+    assert second.timed_out and second.timed_out_on in (None, 0)  # never 4, from the first
+
+
+def test_the_time_limit_holds_while_the_default_executor_is_busy():
+    # Custom judges, unpacking and deletes share the loop's default executor; a runaway
+    # search is still stopped at its limit.
+    pool = RegexPool(size=1)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        workers = getattr(loop, "_default_executor", None)
+        size = workers._max_workers if workers else min(32, (os.cpu_count() or 1) + 4)
+        busy = [loop.run_in_executor(None, time.sleep, 6) for _ in range(size + 2)]
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        outcome = await pool.search([(REDOS, 0)], HOSTILE, 1)
+        took = time.monotonic() - started
+        await asyncio.gather(*busy)
+        return outcome, took
+
+    try:
+        outcome, took = asyncio.run(scenario())
+    finally:
+        pool.close()
+    assert outcome.timed_out and took < 5, took
