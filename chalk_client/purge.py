@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kombu import Connection
+from kombu.exceptions import OperationalError
 
 from chalk_client import keys
 from chalk_client.broker import task_queue
@@ -27,7 +28,7 @@ from chalk_client.client import ChalkClient
 from chalk_client.errors import QueueError, QueueUnavailableError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.scripts import Script
-from chalk_client.store import as_text, reaching, redacted, run_script
+from chalk_client.store import as_text, reaching, run_script, shown_url
 
 PURGED_ERROR = (
     "purged by an operator (chalk purge) before it ran; score it again with "
@@ -157,8 +158,8 @@ def purge_queue(client: ChalkClient) -> PurgeReport:
                 outcomes.update(purge_jobs(client, ids))
                 for message in messages:
                     message.ack()
-    except OSError as exc:
+    except (OSError, OperationalError) as exc:  # kombu wraps what it could not connect to
         raise QueueUnavailableError(
-            f"cannot reach the broker at {redacted(broker_url)}: {exc}"
+            f"cannot reach the broker at {shown_url(broker_url)}: {exc}"
         ) from exc
     return PurgeReport(outcomes, messages=taken)

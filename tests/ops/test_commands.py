@@ -76,6 +76,20 @@ def test_health_says_when_redis_cannot_be_reached():
     assert "cannot reach Redis" in run.stderr
 
 
+def test_purging_the_queue_of_an_unreachable_broker_says_so(ops_redis):
+    from processes import free_port
+
+    from chalk_client import ChalkSettings
+    from chalk_client.errors import QueueUnavailableError
+    from chalk_client.purge import purge_queue
+
+    broker = f"amqp://guest:secret@127.0.0.1:{free_port()}//"
+    client = ChalkClient(ops_redis.url, settings=ChalkSettings(broker_url=broker))
+    with pytest.raises(QueueUnavailableError, match="cannot reach the broker") as caught:
+        purge_queue(client)
+    assert "secret" not in str(caught.value)
+
+
 @pytest.mark.slow
 def test_purge_then_retry_only_what_failed(ops_redis, start_worker):
     url = ops_redis.url
