@@ -86,7 +86,7 @@ def owner(job_id: str) -> str:
 
 
 def watchers(job_id: str) -> str:
-    """The waiters of a job that has not finished yet."""
+    """The waiters of a job, woken by its next result (a retried job's too)."""
     return f"{PREFIX}watchers:{job_id}"
 
 

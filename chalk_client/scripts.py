@@ -38,7 +38,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 SUBMIT = Script(
     "submit",
     """
--- KEYS: job, result, watchers, attempts, broker queue, owner
+-- KEYS: job, result, watchers, broker queue, owner
 -- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
 --       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself)
 -- A recorded job is 'duplicate', unless its publish never went through (an
@@ -46,13 +46,12 @@ SUBMIT = Script(
 local ttl = tonumber(ARGV[4])
 local publishes = ARGV[8] == '1'
 local function enqueue()
-  if ARGV[6] ~= '' then redis.call('LPUSH', KEYS[5], ARGV[6]) end
+  if ARGV[6] ~= '' then redis.call('LPUSH', KEYS[4], ARGV[6]) end
 end
 local function record()
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3],
-             'submitted', redis.call('TIME')[1], 'submitter', ARGV[5],
-             'base', redis.call('GET', KEYS[4]) or '0')
+             'submitted', redis.call('TIME')[1], 'submitter', ARGV[5])
   if publishes then redis.call('HSET', KEYS[1], 'unpublished', ARGV[5]) end
   redis.call('EXPIRE', KEYS[1], ttl)
   enqueue()
@@ -75,9 +74,9 @@ if found then
   return 'done'
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'base')
-  if rec[1] and (publishes or ARGV[6] ~= '') then
-    if redis.call('EXISTS', KEYS[6]) == 1 then
+  local unpublished = redis.call('HGET', KEYS[1], 'unpublished')
+  if unpublished and (publishes or ARGV[6] ~= '') then
+    if redis.call('EXISTS', KEYS[5]) == 1 then
       redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
       return 'duplicate'
     end
@@ -112,7 +111,7 @@ return 1
 RELEASE = Script(
     "release",
     """
--- KEYS: job, result, watchers, attempts, owner
+-- KEYS: job, result, watchers, owner
 -- ARGV: waiter
 -- After a failed publish: 'released' (the record this submit made is deleted, so the
 -- next submit records and sends the job), 'unpublished' (another submit took the job
@@ -120,9 +119,9 @@ RELEASE = Script(
 -- through, or a worker started the job: its message was delivered after all).
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'queued' end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'released' end
-local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter', 'base')
+local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter')
 if not rec[1] then return 'queued' end
-if redis.call('EXISTS', KEYS[5]) == 1 then return 'queued' end
+if redis.call('EXISTS', KEYS[4]) == 1 then return 'queued' end
 if rec[1] == ARGV[1] and rec[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', KEYS[3], ARGV[1])
