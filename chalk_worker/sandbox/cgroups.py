@@ -3,8 +3,9 @@
 Machines differ: cgroup v1 controllers (``memory``, ``pids``) beside a cgroup2
 mount used only for ``cgroup.kill`` (hybrid), or one cgroup2 hierarchy with
 everything. ``CgroupSupport.detect`` finds what is writable; ``SlotCgroups``
-uses what was found. Each slot's groups are made once and reused, which keeps
-a sandboxed run cheap.
+uses what was found. A slot's groups are shared by every Chalk process on the
+machine (each claims the slot in turn): a run makes them if they are missing,
+and only the holder of the slot's lock removes them.
 """
 
 from __future__ import annotations
@@ -159,19 +160,38 @@ class CgroupSupport:
 
 
 class SlotCgroups:
-    """The groups of one sandbox slot; a run joins them all before it executes anything."""
+    """The groups of one sandbox slot; a run joins them all before it executes anything.
+
+    Only the process holding the slot may use or remove its groups; another process
+    may have removed them between two of this process's claims, so ``ensure`` makes
+    them again (a ``mkdir`` that finds them costs a few microseconds).
+    """
 
     def __init__(self, support: CgroupSupport, slot: str) -> None:
         self.support = support
+        self._wanted = [
+            base / slot
+            for base in dict.fromkeys(
+                p for p in (support.kill, support.memory, support.pids) if p is not None
+            )
+        ]
         self.folders: list[Path] = []
-        for base in {p for p in (support.kill, support.memory, support.pids) if p is not None}:
-            folder = base / slot
+        """The slot's groups that exist, as of the last ``ensure``."""
+        self._fds: list[int] = []
+        self._warned: set[Path] = set()
+
+    def ensure(self) -> None:
+        """Make the slot's groups where they are missing (call while holding the slot)."""
+        present = []
+        for folder in self._wanted:
             try:
                 folder.mkdir(exist_ok=True)
-                self.folders.append(folder)
+                present.append(folder)
             except OSError as exc:
-                log.warning("could not create cgroup %s: %s", folder, exc)
-        self._fds: list[int] = []
+                if folder not in self._warned:
+                    self._warned.add(folder)
+                    log.warning("could not create cgroup %s: %s", folder, exc)
+        self.folders = present
 
     def _folder(self, base: Path | None) -> Path | None:
         if base is None:
@@ -238,8 +258,8 @@ class SlotCgroups:
         return found
 
     def remove(self) -> None:
-        """Remove the slot's (empty) groups."""
-        for folder in self.folders:
+        """Remove the slot's groups if they are empty (call only while holding the slot)."""
+        for folder in self._wanted:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         self.folders = []

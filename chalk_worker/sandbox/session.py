@@ -97,6 +97,7 @@ class SandboxSession:
             popen_cwd = None
         oom_before = 0
         if cgroups is not None:
+            cgroups.ensure()  # another Chalk process may have removed them since our last claim
             cgroups.set_limits(limits.memory_bytes, limits.processes)
             oom_before = cgroups.oom_kills()
         fds = cgroups.open_for_join() if cgroups is not None else []
@@ -216,14 +217,22 @@ class Sandbox:
         atexit.register(self.close)
 
     def close(self) -> None:
-        """Remove the slot cgroups this process made (they are empty between runs)."""
+        """Remove the slot cgroups this process used, where no process holds their slot now.
+
+        Other Chalk processes on the machine share the slots: a slot another process
+        holds is left alone (it makes its groups again when they are missing anyway).
+        """
         with self._lock:
-            for cgroups in self._cgroups.values():
-                cgroups.remove()
+            for number, cgroups in self._cgroups.items():
+                if self.pool is None:
+                    continue
+                with self.pool.holding(number) as held:
+                    if held is not None:
+                        cgroups.remove()
             self._cgroups.clear()
 
     def cgroups_for(self, slot: Slot) -> SlotCgroups | None:
-        """The slot's cgroups, made on first use and kept."""
+        """The slot's cgroups (this process's handle on them, kept between runs)."""
         support = self.layers.cgroups
         if not (support.kill or support.memory or support.pids):
             return None

@@ -4,6 +4,11 @@ Per-uid limits (``RLIMIT_NPROC``) and the "kill everything of this uid" sweep
 only hold if no two running scripts share a uid, also across worker processes
 on one machine. A slot is claimed with an exclusive ``flock`` on a file named
 after it; the kernel releases it if the worker dies.
+
+Whatever belongs to a slot on the machine (its cgroups) is shared by every Chalk
+process there, started and stopped in any order: it is made by whoever claims
+the slot when it is missing, and removed only by a holder of the slot's lock
+(``SlotPool.holding``), which proves no other process uses it.
 """
 
 from __future__ import annotations
@@ -30,8 +35,13 @@ class Slot:
 
     @property
     def name(self) -> str:
-        """The slot's name, used for its cgroups."""
-        return f"slot-{self.number}"
+        """The slot's name, used for its cgroups: after its uid, which is what slots share.
+
+        Two Chalk set-ups on one machine with other lock folders but the same uids
+        would share a uid's processes anyway; naming the groups by uid keeps two
+        set-ups with distinct uids (``CHALK_SANDBOX_UID_BASE``) fully apart.
+        """
+        return f"uid-{self.uid}"
 
 
 class SlotPool:
@@ -45,6 +55,27 @@ class SlotPool:
         self._next = 0
         lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
+    def _lock_path(self, number: int) -> Path:
+        return self.lock_dir / f"slot-{number}.lock"
+
+    def _slot(self, number: int) -> Slot:
+        uid = self.uid_base + number
+        return Slot(number=number, uid=uid, gid=uid)
+
+    @contextlib.contextmanager
+    def holding(self, number: int) -> Iterator[Slot | None]:
+        """The slot ``number`` if no process holds it now (held for the block), else ``None``."""
+        fd = os.open(self._lock_path(number), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield None
+                return
+            yield self._slot(number)
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
     @contextlib.contextmanager
     def claim(self, wait_s: float = 60.0) -> Iterator[Slot]:
         """Hold a free slot for the duration of the ``with`` block."""
@@ -55,15 +86,14 @@ class SlotPool:
                 self._next = (self._next + 1) % self.count
             for offset in range(self.count):
                 number = (start + offset) % self.count
-                fd = os.open(self.lock_dir / f"slot-{number}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                fd = os.open(self._lock_path(number), os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     os.close(fd)
                     continue
                 try:
-                    uid = self.uid_base + number
-                    yield Slot(number=number, uid=uid, gid=uid)
+                    yield self._slot(number)
                 finally:
                     os.close(fd)  # closing the descriptor releases the lock
                 return
