@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from support import held_count
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
@@ -91,7 +92,7 @@ def test_a_worker_stopped_with_sigterm_finishes_its_jobs_and_hands_back_the_rest
         20,
         "two jobs started",
     )
-    wait_until(lambda: store.hlen("unacked") > 2, 10, "messages reserved beyond the running two")
+    wait_until(lambda: held_count(store) > 2, 10, "messages reserved beyond the running two")
     stopping.proc.send_signal(signal.SIGTERM)
     other = start_worker(url, concurrency=4)
     assert stopping.proc.wait(30) == 0
@@ -105,7 +106,7 @@ def test_a_worker_stopped_with_sigterm_finishes_its_jobs_and_hands_back_the_rest
     handed_back = {job.id for job in jobs} - started_by_stopping
     assert handed_back and all(by_id[k].worker.startswith(other.name) for k in handed_back)
     assert all(by_id[k].attempts == 1 for k in by_id)  # nothing ran twice
-    wait_until(lambda: store.hlen("unacked") == 0, 10, "every message acknowledged")
+    wait_until(lambda: held_count(store) == 0, 10, "every message acknowledged")
 
 
 @pytest.mark.slow
