@@ -10,9 +10,10 @@ waiters). Times come from Redis's own clock, so workers on machines with skewed
 clocks agree. Keys are those of ``chalk_client.keys``; a few are derived inside a
 script from a prefix (owners, done lists, records), which a single Redis allows.
 
-Every unfinished job is in ``chalk:pending``, scored by when the reconciler
-should next look at it; each step of its life moves that time to one grace
-period ahead, and finishing removes it. Every message pushed for a job is
+Every unfinished job is in ``chalk:pending``, scored by the time of its last
+sign of life: each step of its life sets it to now, finishing removes it, and
+the reconciler looks at a job once a grace period (its own setting) has passed
+since. Every message pushed for a job is
 recorded on the job (``task``, ``pushed``, ``head``), so that at most one
 message per job is kept alive by the steps that send jobs again.
 
@@ -49,12 +50,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 _PUSH_HEAD = """
 -- Push a job's message at the head of its queue (taken next) and record it as the
--- job's latest; the reconciler looks at the job again a grace period later.
-local function push_head(record, pending, id, queue, message, task, now, grace)
+-- job's latest: a sign of life.
+local function push_head(record, pending, id, queue, message, task, now)
   redis.call('RPUSH', queue, message)
   redis.call('HSET', record, 'task', task, 'pushed', now, 'head', '1')
   redis.call('HDEL', record, 'received', 'holder')
-  redis.call('ZADD', pending, now + grace, id)
+  redis.call('ZADD', pending, now, id)
 end
 """
 
@@ -64,12 +65,11 @@ SUBMIT = Script(
 -- KEYS: job, result, watchers, broker queue, owner, pending
 -- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
 --       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself),
---       the message's task id, batch id (or ''), grace ms
+--       the message's task id, batch id (or '')
 -- A recorded job is 'duplicate', unless its publish never went through (an
 -- 'unpublished' record: that submit failed or died); then this caller sends it.
 local ttl = tonumber(ARGV[4])
 local publishes = ARGV[8] == '1'
-local grace = tonumber(ARGV[11])
 local function enqueue()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -78,7 +78,7 @@ local function enqueue()
     redis.call('HSET', KEYS[1], 'task', ARGV[9], 'pushed', now, 'head', '0')
     redis.call('HDEL', KEYS[1], 'received', 'holder')
   end
-  redis.call('ZADD', KEYS[6], now + grace, ARGV[1])
+  redis.call('ZADD', KEYS[6], now, ARGV[1])
 end
 local function record()
   redis.call('DEL', KEYS[1])
@@ -281,7 +281,7 @@ REQUEUE = Script(
     """
 -- KEYS: running, owner, job, result, pending
 -- ARGV: id, message (or '': claim the lease while the caller publishes elsewhere),
---       its task id, grace ms, claim token, lease ms, default queue
+--       its task id, claim token, lease ms, default queue
 -- Sends again a job whose lease expired (its worker died): 'requeued' (message at the
 -- head), 'claimed', or left alone: 'done', 'gone' (another worker sent it), 'alive'
 -- (renewed meanwhile), 'missing' (no record).
@@ -306,14 +306,14 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
   return 'missing'
 end
 if ARGV[2] == '' then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), id)
-  redis.call('SET', KEYS[2], ARGV[5], 'PX', tonumber(ARGV[6]) * 4)
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), id)
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', tonumber(ARGV[5]) * 4)
   return 'claimed'
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', KEYS[2])
-local queue = redis.call('HGET', KEYS[3], 'queue') or ARGV[7]
-push_head(KEYS[3], KEYS[5], id, queue, ARGV[2], ARGV[3], now, tonumber(ARGV[4]))
+local queue = redis.call('HGET', KEYS[3], 'queue') or ARGV[6]
+push_head(KEYS[3], KEYS[5], id, queue, ARGV[2], ARGV[3], now)
 return 'requeued'
 """,
 )
@@ -337,7 +337,7 @@ RECEIVE = Script(
     "receive",
     """
 -- KEYS: job, pending, the queue's watermark
--- ARGV: id, task id, consumer, grace ms
+-- ARGV: id, task id, consumer
 -- A consumer took the job's latest message from the queue. A message pushed at the
 -- tail moves the watermark: every message pushed before it has left the queue too.
 local rec = redis.call('HMGET', KEYS[1], 'task', 'pushed', 'head')
@@ -346,7 +346,7 @@ if rec[1] ~= ARGV[2] then return 0 end
     + _NOW_MS
     + """
 redis.call('HSET', KEYS[1], 'received', ARGV[2], 'holder', ARGV[3])
-redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[4]), ARGV[1])
+redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1])
 if rec[3] ~= '1' and rec[2] then
   local mark = redis.call('GET', KEYS[3])
   if (not mark) or tonumber(rec[2]) > tonumber(mark) then
@@ -362,7 +362,7 @@ RESTORE = Script(
     """
 -- KEYS: held list, job, result, running, owner, pending
 -- ARGV: the held entry, job id (or '': not a job's message), its task id,
---       new message (or '': push the entry itself), new task id, grace ms, default queue
+--       new message (or '': push the entry itself), new task id, default queue
 -- Gives back one message a consumer held: 'requeued' at the head of the queue when it
 -- is still the job's latest and nobody runs the job; otherwise dropped: 'gone' (not
 -- held any more), 'dropped' (no job), 'done', 'missing', 'stale' (a newer message was
@@ -386,7 +386,7 @@ if deadline then  -- an expired lease: this message is the job's next run
 end
 local message, task = ARGV[4], ARGV[5]
 if message == '' then message, task = ARGV[1], ARGV[3] end
-push_head(KEYS[2], KEYS[6], id, rec[2] or ARGV[7], message, task, now, tonumber(ARGV[6]))
+push_head(KEYS[2], KEYS[6], id, rec[2] or ARGV[6], message, task, now)
 return 'requeued'
 """,
 )
@@ -448,16 +448,18 @@ RECONCILE = Script(
 -- KEYS: pending, running, consumers
 -- ARGV: most jobs to look at, grace ms, job key prefix, result key prefix,
 --       watermark key prefix
--- Looks at the unfinished jobs due for a look. A job is fine when it has a result
--- or no record (forgotten), holds a live lease, was taken by a consumer that is
--- registered, or waits in the queue; each fine job is looked at again later.
--- Returns the others as kind, id, task id, batch, unpublished:
+-- Looks at the unfinished jobs with no sign of life for a grace period. A job is fine
+-- when it has a result or no record (forgotten: it leaves the index), holds a live
+-- lease, was taken by a consumer that is registered, or waits in the queue; a fine
+-- job is looked at again later (one waiting in a long queue, less and less often).
+-- Returns the others as kind, id, task id, batch, publisher:
 -- 'lost' (to send again) or 'unpublished' (a submit died before publishing it).
 """
     + _NOW_MS
     + """
 local grace = tonumber(ARGV[2])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - grace,
+                       'LIMIT', 0, tonumber(ARGV[1]))
 local found = {}
 local function later(id, at) redis.call('ZADD', KEYS[1], at, id) end
 for _, id in ipairs(due) do
@@ -469,34 +471,32 @@ for _, id in ipairs(due) do
     local rec = redis.call('HMGET', record, 'task', 'pushed', 'head', 'queue', 'received',
                            'holder', 'unpublished', 'batch')
     local task, pushed, queue = rec[1] or '', tonumber(rec[2] or '0'), rec[4]
-    local lost = false
+    local kind = nil
     if deadline and tonumber(deadline) > now then
-      later(id, tonumber(deadline) + grace)
+      later(id, tonumber(deadline))
     elseif deadline then
-      later(id, now + grace)  -- an expired lease: the workers' reaper sends it again
+      later(id, now)  -- an expired lease: the workers' reaper sends it again
     elseif rec[7] then
-      found[#found + 1] = 'unpublished'
-      lost = true
+      kind = 'unpublished'
     elseif rec[5] and rec[5] == task then
       if redis.call('ZSCORE', KEYS[3], rec[6] or '') then
-        later(id, now + grace)  -- its consumer is alive, or its messages are being given back
+        later(id, now)  -- its consumer is alive, or its messages are being given back
       else
-        found[#found + 1] = 'lost'
-        lost = true
+        kind = 'lost'
       end
     elseif queue and ((pushed < tonumber(redis.call('GET', ARGV[5] .. queue) or '0'))
                       or redis.call('LLEN', queue) == 0) then
-      found[#found + 1] = 'lost'
-      lost = true
+      kind = 'lost'
     else
-      later(id, now + math.max(grace, now - pushed))  -- waiting in the queue: look less often
+      later(id, now + math.max(0, now - pushed - grace))  -- waiting in the queue
     end
-    if lost then
+    if kind then
+      found[#found + 1] = kind
       found[#found + 1] = id
       found[#found + 1] = task
       found[#found + 1] = rec[8] or ''
       found[#found + 1] = rec[7] or ''
-      later(id, now + grace)
+      later(id, now)
     end
   end
 end
@@ -508,8 +508,7 @@ REPUBLISH = Script(
     "republish",
     """
 -- KEYS: job, result, running, pending
--- ARGV: id, the task id the reconciler saw (or ''), message, its task id, grace ms,
---       default queue
+-- ARGV: id, the task id the reconciler saw (or ''), message, its task id, default queue
 -- Sends again a job whose message was lost, unless something happened to it since.
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
@@ -521,8 +520,7 @@ if (rec[1] or '') ~= ARGV[2] then return 'changed' end
     + """
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if deadline and tonumber(deadline) > now then return 'running' end
-push_head(KEYS[1], KEYS[4], ARGV[1], rec[2] or ARGV[6], ARGV[3], ARGV[4], now,
-          tonumber(ARGV[5]))
+push_head(KEYS[1], KEYS[4], ARGV[1], rec[2] or ARGV[5], ARGV[3], ARGV[4], now)
 return 'requeued'
 """,
 )
@@ -531,14 +529,14 @@ CLAIM_UNPUBLISHED = Script(
     "claim-unpublished",
     """
 -- KEYS: job, pending
--- ARGV: id, the publishing submit the reconciler saw, new publisher, grace ms
+-- ARGV: id, the publishing submit the reconciler saw, new publisher
 -- The reconciler takes over the publish of a job whose submit died before publishing.
 if redis.call('HGET', KEYS[1], 'unpublished') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'unpublished', ARGV[3])
 """
     + _NOW_MS
     + """
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
 return 1
 """,
 )

@@ -103,7 +103,8 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
         )
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return QueueUnavailableError(
-            f"cannot reach Redis at {where}: {exc}. Is it running? Check CHALK_REDIS_URL."
+            f"cannot reach Redis at {where}: {str(exc).rstrip('.')}. Is it running? "
+            "Check CHALK_REDIS_URL."
         )
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return StoreFullError(
@@ -193,7 +194,6 @@ def queue_submit(
             "1" if publishes else "0",
             task_id,
             batch_id or "",
-            settings.reconcile_ms,
         ],
     )
 

@@ -71,7 +71,6 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
         transport_options.update(
             chalk_queue=settings.queue,
             chalk_lease_ms=int(settings.lease_s * 1000),
-            chalk_grace_ms=settings.reconcile_ms,
         )
     celery.conf.update(
         broker_url=broker_url,

@@ -204,9 +204,7 @@ class WorkerRuntime:
         self.url = url
         client = connect(url)
         self.leases = LeaseStore(client, settings)
-        self.held_messages = HeldMessages(
-            client, lease_ms=int(settings.lease_s * 1000), grace_ms=settings.reconcile_ms
-        )
+        self.held_messages = HeldMessages(client, lease_ms=int(settings.lease_s * 1000))
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reconciler = Reconciler(self.held_messages, settings, self.owner)
         self._held: set[str] = set()

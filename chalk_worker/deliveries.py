@@ -181,10 +181,9 @@ def queue_of(consumer: str) -> str:
 class HeldMessages:
     """The Redis side of held messages: register consumers, receive, acknowledge, give back."""
 
-    def __init__(self, client: redis.Redis, *, lease_ms: int, grace_ms: int) -> None:
+    def __init__(self, client: redis.Redis, *, lease_ms: int) -> None:
         self.redis = client
         self.lease_ms = lease_ms
-        self.grace_ms = grace_ms
 
     def _pipeline(self, build: Any) -> list[Any]:
         """Run what ``build`` queues in one round trip, loading the scripts if Redis forgot them."""
@@ -216,7 +215,7 @@ class HeldMessages:
         self.run(
             RECEIVE,
             [keys.job(job_id), keys.PENDING, keys.taken(queue_of(consumer))],
-            [job_id, task_id, consumer, self.grace_ms],
+            [job_id, task_id, consumer],
         )
 
     def ack(self, consumer: str, raw: bytes) -> None:
@@ -259,15 +258,7 @@ class HeldMessages:
                         keys.owner(entry.job_id),
                         keys.PENDING,
                     ],
-                    [
-                        entry.raw,
-                        entry.job_id,
-                        entry.task_id,
-                        message,
-                        task_id,
-                        self.grace_ms,
-                        queue,
-                    ],
+                    [entry.raw, entry.job_id, entry.task_id, message, task_id, queue],
                 )
 
         if not entries:

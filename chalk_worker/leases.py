@@ -288,15 +288,7 @@ class LeaseStore:
             pipe,
             REQUEUE,
             [keys.RUNNING, keys.owner(job_id), keys.job(job_id), keys.result(job_id), keys.PENDING],
-            [
-                job_id,
-                message,
-                task_id,
-                self.settings.reconcile_ms,
-                token,
-                self.lease_ms,
-                queue,
-            ],
+            [job_id, message, task_id, token, self.lease_ms, queue],
         )
 
     def _answers(

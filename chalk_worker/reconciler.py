@@ -116,14 +116,7 @@ class Reconciler:
                 keys.RUNNING,
                 keys.PENDING,
             ],
-            [
-                stray.job_id,
-                stray.task_id,
-                message.text,
-                message.task_id,
-                self.settings.reconcile_ms,
-                self.settings.queue,
-            ],
+            [stray.job_id, stray.task_id, message.text, message.task_id, self.settings.queue],
         )
         return message.task_id if _text(answer) == "requeued" else ""
 
@@ -132,7 +125,7 @@ class Reconciler:
         claimed = self.held.run(
             CLAIM_UNPUBLISHED,
             [keys.job(stray.job_id), keys.PENDING],
-            [stray.job_id, stray.publisher, self.owner, self.settings.reconcile_ms],
+            [stray.job_id, stray.publisher, self.owner],
         )
         if not claimed:
             return False

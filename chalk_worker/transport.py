@@ -411,13 +411,10 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     """The Chalk queue (transport option): a channel consuming it alone uses a held list."""
     chalk_lease_ms = 20_000
     """How long a consumer lives without renewal (transport option, ``CHALK_LEASE_S``)."""
-    chalk_grace_ms = 60_000
-    """The reconciler's grace (transport option, ``CHALK_RECONCILE_S``)."""
     from_transport_options = (
         *kombu_redis.Channel.from_transport_options,
         "chalk_queue",
         "chalk_lease_ms",
-        "chalk_grace_ms",
     )
 
     _sync_client: tuple[Any, Any] | None = None
@@ -457,9 +454,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         if self._held is None:
             params = self._connparams()
             params["connection_class"] = params.get("connection_class") or redis.Connection
-            self._held = HeldMessages(
-                _held_client(params), lease_ms=self.chalk_lease_ms, grace_ms=self.chalk_grace_ms
-            )
+            self._held = HeldMessages(_held_client(params), lease_ms=self.chalk_lease_ms)
         return self._held
 
     def _reliable(self) -> bool:
