@@ -76,7 +76,7 @@ class Holding:
     """The messages one queue consumer took from the queue and has not acknowledged."""
 
     consumer: str
-    """``QUEUE@host:pid:token:n``: its queue, host and worker process."""
+    """``QUEUE@NAME:HOST:PID:TOKEN:N``: its queue, its worker's node and process."""
     messages: int
     lapses_in_s: float
     """Seconds until its liveness lapses; negative: it lapsed that long ago (it is dead)."""
@@ -176,8 +176,8 @@ class HealthReport:
         return "\n".join(lines)
 
     def _stranded_line(self, holding: Holding) -> str:
-        queue, _, where = holding.consumer.rpartition("@")
-        host, pid = [*where.split(":"), "?", "?"][:2]
+        consumer = keys.Consumer.parse(holding.consumer)
+        queue, node, pid = consumer.queue, consumer.node, consumer.pid
         ago = duration(max(-holding.lapses_in_s, 0))
         if self.workers:
             when = f"live workers give them back within about {duration(self.give_back_s)}"
@@ -185,7 +185,7 @@ class HealthReport:
             when = "they are given back once a worker runs"
         return (
             f"{holding.messages} message(s) of queue {queue} stranded on a dead worker "
-            f"(pid {pid} on {host}, silent for {ago}): {when}"
+            f"({node}, pid {pid}, silent for {ago}): {when}"
         )
 
     def _worker_lines(self, worker: WorkerPresence) -> list[str]:

@@ -13,7 +13,8 @@ key                        type    what it holds
                                    latest message: ``task`` (its task id), ``pushed`` (when,
                                    ms), ``head`` (``1``: pushed at the head of the queue);
                                    ``received``/``holder`` (the task id a consumer took, and
-                                   which consumer), ``started`` (the task id a worker started);
+                                   which consumer), ``started``/``worker`` (the task id a
+                                   worker started, and its node name);
                                    with a separate broker, ``unpublished`` (the submit
                                    publishing its message; gone once a publish went through)
 ``chalk:blob:SHA256``      string  a submission archive, stored once per content
@@ -23,7 +24,9 @@ key                        type    what it holds
 ``chalk:running``          zset    job id -> lease deadline (ms, on Redis's clock)
 ``chalk:pending``          zset    unfinished job id -> when the reconciler next looks at it (ms)
 ``chalk:held:CONSUMER``    list    messages a consumer took from the queue and has not
-                                   acknowledged (the reliable-queue pattern: ``BLMOVE``)
+                                   acknowledged (the reliable-queue pattern: ``BLMOVE``);
+                                   ``CONSUMER`` is ``QUEUE@NAME:HOST:PID:TOKEN:N`` (the
+                                   queue, the worker's node ``NAME@HOST``, its process)
 ``chalk:consumers``        zset    consumer -> liveness deadline (ms), renewed while it lives
 ``chalk:taken:QUEUE``      string  the push time (ms) of the latest message taken from the
                                    queue among those pushed at its tail: messages pushed
@@ -50,6 +53,8 @@ kombu's own ``unacked`` keys are used only by consumers of other queues.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 PREFIX = "chalk:"
 
@@ -146,3 +151,26 @@ def verdict(digest: str) -> str:
 def llm_rate(server: str) -> str:
     """The cluster's request pacing for one LLM server, by a digest of its base URL."""
     return f"{PREFIX}llm-rate:{server}"
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """What a consumer's id says: its queue, its worker's node name, host and process."""
+
+    queue: str
+    node: str
+    host: str
+    pid: str
+
+    @classmethod
+    def parse(cls, consumer: str) -> Consumer:
+        """Read ``QUEUE@NAME:HOST:PID:TOKEN:N`` (the queue may hold ``@``, names ``:``)."""
+        queue, _, rest = consumer.rpartition("@")
+        name, host, pid, *_ = [*rest.rsplit(":", 4), "?", "?", "?"]
+        return cls(queue, f"{name}@{host}", host, pid)
+
+
+def consumer_id(queue: str, node: str, pid: int, token: str, count: int) -> str:
+    """A consumer's id: its queue, its worker's node (``NAME@HOST``), process and number."""
+    name, _, host = node.partition("@")
+    return f"{queue}@{name}:{host or '?'}:{pid}:{token}:{count}"

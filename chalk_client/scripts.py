@@ -200,7 +200,7 @@ START = Script(
     """
 -- KEYS: job, result, owner, running, attempts
 -- ARGV: id, owner token, lease ms, ttl, blob key prefix, largest archive returned inline,
---       the task id of the message that started it (or '')
+--       the task id of the message that started it (or ''), the worker's node name
 -- A larger archive is left in Redis for the worker to read in pieces ('large').
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
 local rec = redis.call('HMGET', KEYS[1], 'job', 'blob')
@@ -217,7 +217,7 @@ redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[4]))
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 -- Its message was delivered: a submit that failed to publish it must not release it.
 redis.call('HDEL', KEYS[1], 'unpublished')
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'started', ARGV[7]) end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'started', ARGV[7], 'worker', ARGV[8]) end
 local n = redis.call('INCR', KEYS[5])
 redis.call('EXPIRE', KEYS[5], tonumber(ARGV[4]))
 local digest = rec[2] or ''
@@ -260,17 +260,19 @@ REAP = Script(
     """
 -- KEYS: running
 -- ARGV: job key prefix, most leases to list
--- Lists expired leases as id, batch, the task id that started it; taken by REQUEUE.
+-- Lists expired leases as id, batch, the task id that started it and the node that
+-- ran it; REQUEUE takes them.
 """
     + _NOW_MS
     + """
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local found = {}
 for _, id in ipairs(expired) do
-  local rec = redis.call('HMGET', ARGV[1] .. id, 'batch', 'started')
+  local rec = redis.call('HMGET', ARGV[1] .. id, 'batch', 'started', 'worker')
   found[#found + 1] = id
   found[#found + 1] = rec[1] or ''
   found[#found + 1] = rec[2] or ''
+  found[#found + 1] = rec[3] or ''
 end
 return found
 """,

@@ -20,7 +20,6 @@ Settings come from ``CHALK_*`` variables (``ChalkSettings``):
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +38,7 @@ from celery.signals import (
 from chalk_client.broker import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
-from chalk_worker import metrics, presence
+from chalk_worker import deliveries, metrics, presence
 from chalk_worker.consume import Resender, WorkerRuntime, worker_runtime
 from chalk_worker.deliveries import LostAttempt
 from chalk_worker.sandbox import announce, detect_layers
@@ -113,27 +112,25 @@ def publish(job_id: str, batch: str | None) -> str:
 
 
 def report_lost(lost: Sequence[LostAttempt]) -> None:
-    """Tell Flower that these attempts died with their worker (a ``task-failed`` event each).
-
-    Without it, Flower shows a dead worker's task as started for ever.
-    """
-    attempts = [one for one in lost if one.task_id]
-    if not attempts:
-        return
-    try:
-        with app.events.default_dispatcher(
-            hostname=f"chalk-keeper@{socket.gethostname()}"
-        ) as events:
-            for one in attempts:
-                again = f"; sent again as task {one.new_task_id}" if one.new_task_id else ""
-                events.send(
-                    "task-failed",
-                    uuid=one.task_id,
-                    exception=f"WorkerLostError('{one.reason}: job {one.job_id}{again}')",
-                    traceback="",
-                )
-    except Exception as exc:  # events are for the dashboard: never worth failing the keeper
-        log.warning("could not tell Flower about %d lost attempt(s): %s", len(attempts), exc)
+    """Tell Flower that these attempts died with their worker (a ``task-failed`` event each,
+    from the dead worker's node name), so that it does not show them running for ever."""
+    by_node: dict[str, list[LostAttempt]] = {}
+    for one in lost:
+        if one.task_id:
+            by_node.setdefault(one.node or deliveries.REGISTRY.node, []).append(one)
+    for node, attempts in by_node.items():
+        try:
+            with app.events.default_dispatcher(hostname=node) as events:
+                for one in attempts:
+                    again = f"; sent again as task {one.new_task_id}" if one.new_task_id else ""
+                    events.send(
+                        "task-failed",
+                        uuid=one.task_id,
+                        exception=f"WorkerLostError('{one.reason}: job {one.job_id}{again}')",
+                        traceback="",
+                    )
+        except Exception as exc:  # events are for the dashboard: never worth failing the keeper
+            log.warning("could not tell Flower about %d lost attempt(s): %s", len(attempts), exc)
 
 
 resender = Resender(
@@ -202,8 +199,10 @@ def _announce_sandbox(**_: Any) -> None:
     announce(detect_layers(settings.sandbox_tune_cgroups))
 
 
-def _wait_for_store(**_: Any) -> None:
+def _wait_for_store(sender: Any = None, **_: Any) -> None:
     # Once logging is set up, before consuming: a worker started before Redis waits for it.
+    if sender:
+        deliveries.REGISTRY.node = str(sender)  # named in its consumers' ids
     presence.wait_for_redis(redis_url)
 
 

@@ -168,7 +168,9 @@ class LeaseKeeper(threading.Thread):
         if self.resender.publish is None:
             for one, answer, task_id in leases.requeue(expired, self.resender.queue):
                 if answer == "requeued" and one.started:
-                    lost.append(LostAttempt(one.job_id, one.started, task_id, "worker died"))
+                    lost.append(
+                        LostAttempt(one.job_id, one.started, task_id, "worker died", one.node)
+                    )
         else:
             token = f"{self.runtime.owner}:reaper"
             for one, answer in leases.claim_expired(expired, token):
@@ -176,7 +178,9 @@ class LeaseKeeper(threading.Thread):
                     task_id = self.resender.publish(one.job_id, one.batch or None)
                     leases.let_go(one.job_id, token)
                     if one.started:
-                        lost.append(LostAttempt(one.job_id, one.started, task_id, "worker died"))
+                        lost.append(
+                            LostAttempt(one.job_id, one.started, task_id, "worker died", one.node)
+                        )
         self.resender.report_lost(lost)
 
     def _give_back_dead(self) -> None:
@@ -259,7 +263,8 @@ class WorkerRuntime:
             )
             return "malformed"
         start = self.retrying(
-            f"starting job {job_id}", lambda: self.leases.start(job_id, self.owner, task_id)
+            f"starting job {job_id}",
+            lambda: self.leases.start(job_id, self.owner, task_id, node),
         )
         if start.outcome == "done":
             log.info("job %s already has a result; dropping this message", job_id)

@@ -104,6 +104,8 @@ class LostAttempt:
     task_id: str
     new_task_id: str
     reason: str
+    node: str = ""
+    """The node name of the worker that took it (``""``: unknown)."""
 
 
 @dataclass
@@ -121,12 +123,14 @@ class ConsumerRegistry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     count: int = 0
+    node: str = field(default_factory=lambda: f"worker@{socket.gethostname()}")
+    """This worker's Celery node name (set when it starts), named in its consumers' ids."""
 
     def new(self, queue: str) -> str:
-        """A new consumer of ``queue``; its id names the queue, this host and process."""
+        """A new consumer of ``queue``; its id names the queue, this node and process."""
         with self.lock:
             self.count += 1
-            consumer = f"{queue}@{socket.gethostname()}:{os.getpid()}:{self.token}:{self.count}"
+            consumer = keys.consumer_id(queue, self.node, os.getpid(), self.token, self.count)
             self.open[consumer] = queue
         return consumer
 
@@ -174,8 +178,8 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def queue_of(consumer: str) -> str:
-    """The queue a consumer takes from (its id is ``QUEUE@host:pid:token:n``)."""
-    return consumer.rsplit("@", 1)[0]
+    """The queue a consumer takes from (its id is ``QUEUE@NAME:HOST:PID:TOKEN:N``)."""
+    return keys.Consumer.parse(consumer).queue
 
 
 class HeldMessages:
@@ -283,7 +287,10 @@ class HeldMessages:
             outcomes = self.give_back(consumer, entries, fresh=fresh)
             for entry, outcome, task_id in outcomes:
                 if outcome == "requeued" and fresh:
-                    lost.append(LostAttempt(entry.job_id, entry.task_id, task_id, "worker died"))
+                    node = keys.Consumer.parse(consumer).node
+                    lost.append(
+                        LostAttempt(entry.job_id, entry.task_id, task_id, "worker died", node)
+                    )
                 elif outcome == "dropped":
                     log.warning(
                         "dropped an entry held by %s that is not a chalk.score message: %.300r",

@@ -65,11 +65,13 @@ class Start:
 
 @dataclass(frozen=True)
 class Expired:
-    """A lease that ran out: the job, its batch (or ``""``) and the task id that started it."""
+    """A lease that ran out: the job, its batch (or ``""``), the task id that started it
+    and the node name of the worker that ran it."""
 
     job_id: str
     batch: str
     started: str
+    node: str
 
 
 def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
@@ -139,11 +141,13 @@ class LeaseStore:
             raise reply
         return reply
 
-    def queue_start(self, pipe: Any, job_id: str, owner: str, task_id: str = "") -> None:
+    def queue_start(
+        self, pipe: Any, job_id: str, owner: str, task_id: str = "", node: str = ""
+    ) -> None:
         """Queue the start script: take the job's lease, count an attempt, read its record.
 
-        ``task_id`` is the message's, recorded on the job (for the lost-attempt report
-        should this worker die).
+        ``task_id`` (the message's) and ``node`` (this worker's name) are recorded on
+        the job, to report the attempt lost should this worker die.
         """
         run_script(
             pipe,
@@ -163,6 +167,7 @@ class LeaseStore:
                 keys.BLOB_PREFIX,
                 INLINE_ARCHIVE_BYTES,
                 task_id,
+                node,
             ],
         )
 
@@ -195,9 +200,9 @@ class LeaseStore:
             [job_id, result.model_dump_json(), self.settings.result_ttl_s, owner, keys.DONE_PREFIX],
         )
 
-    def start(self, job_id: str, owner: str, task_id: str = "") -> Start:
+    def start(self, job_id: str, owner: str, task_id: str = "", node: str = "") -> Start:
         """Take the job's lease (counting an attempt) and read its record and archive."""
-        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner, task_id))[0]
+        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner, task_id, node))[0]
         if isinstance(reply, Exception):
             raise reply
         return self.parse_start(reply)
@@ -241,10 +246,8 @@ class LeaseStore:
     def reap(self) -> list[Expired]:
         """The leases that ran out (their worker stopped renewing them); ``requeue`` takes them."""
         found = self._run(REAP, [keys.RUNNING], [keys.JOB_PREFIX, REAP_BATCH])
-        return [
-            Expired(_text(found[i]), _text(found[i + 1]), _text(found[i + 2]))
-            for i in range(0, len(found), 3)
-        ]
+        values = [_text(value) for value in found]
+        return [Expired(*values[i : i + 4]) for i in range(0, len(values), 4)]
 
     def requeue(self, expired: Sequence[Expired], queue: str) -> list[tuple[Expired, str, str]]:
         """Send each expired job again: a new message at the head of ``queue`` (a Redis

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -189,7 +190,10 @@ def test_health_names_messages_stranded_on_a_dead_worker(own_redis_url, start_wo
     )
     out = report.stdout
     assert "0 delivered" in out, out  # nothing is with a live worker
-    stranded = f"WARNING: 2 message(s) of queue chalk stranded on a dead worker (pid {doomed.pid}"
+    stranded = (
+        f"WARNING: 2 message(s) of queue chalk stranded on a dead worker "
+        f"({doomed.name}@{socket.gethostname()}, pid {doomed.pid}, silent for"
+    )
     assert stranded in out, out
     # Its presence outlives it a little (two leases): health counts it among the live ones.
     assert "live workers give them back within about 5 s" in out, out

@@ -26,7 +26,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -39,7 +38,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from chalk_client import JobResult, JobStatus, ScoringJob, Submission
+from chalk_client import JobResult, JobStatus, ScoringJob, Submission, keys
 from chalk_client.judges import CustomJudge, ExecutableJudge, RegexJudge
 from chalk_client.transcript import Message, Transcript
 
@@ -108,10 +107,9 @@ class Kill:
 def held_jobs_of(store: redis.Redis, pid: int) -> set[str]:
     """The jobs of every message held by the consumers of the worker process ``pid``."""
     found: set[str] = set()
-    marker = f"@{socket.gethostname()}:{pid}:"
     for consumer in store.zrange("chalk:consumers", 0, -1):
         name = consumer.decode()
-        if marker not in name:
+        if keys.Consumer.parse(name).pid != str(pid):
             continue
         for raw in store.lrange(f"chalk:held:{name}", 0, -1):
             body = json.loads(base64.b64decode(json.loads(raw)["body"]))

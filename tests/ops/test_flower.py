@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -217,3 +218,62 @@ def test_chalk_flower_shows_job_ids_batches_and_outcomes_by_default(monkeypatch)
     assert not any(a.startswith("--tasks_columns") for a in flower_defaults(["--tasks_columns=x"]))
     monkeypatch.setenv("FLOWER_TASKS_COLUMNS", "name,uuid")
     assert columns not in flower_defaults([])
+
+
+@pytest.mark.slow
+def test_flower_shows_a_dead_worker_s_attempt_failed_and_the_rerun_in_its_batch(
+    ops_redis, start_worker, flowers, tmp_path
+):
+    url = ops_redis.url
+    flower, port = start_flower(url, tmp_path / "flower.log", FLOWER_UNAUTHENTICATED_API="true")
+    flowers.append(flower)
+    doomed = start_worker(url, concurrency=2)
+    assert wait_port(port, timeout=30), (tmp_path / "flower.log").read_text()
+    base = f"http://127.0.0.1:{port}"
+    client = ChalkClient(url)
+    deadline = time.monotonic() + 30
+    while not get_json(f"{base}/api/tasks"):  # until Flower hears the worker's events
+        client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=30)
+        assert time.monotonic() < deadline, (tmp_path / "flower.log").read_text()
+        time.sleep(0.2)
+
+    gate = tmp_path / "gate"
+    log = tmp_path / "scorings.log"
+    jobs = [
+        ScoringJob(
+            id=f"lost-{i}",
+            judge=CustomJudge("test_log", {"log": str(log), "key": f"lost-{i}", "gate": str(gate)}),
+        )
+        for i in range(2)
+    ]
+    batch = client.submit_batch(jobs, batch_id="b-lost")
+    search = f"{base}/api/tasks?search=kwargs:batch=b-lost"
+
+    def tasks_in(state: str) -> list[dict[str, Any]]:
+        return [t for t in get_json(search).values() if t.get("state") == state]
+
+    deadline = time.monotonic() + 30
+    while len(tasks_in("STARTED")) < 2:
+        assert time.monotonic() < deadline, get_json(search)
+        time.sleep(0.2)
+    first = {t["uuid"] for t in tasks_in("STARTED")}
+    doomed.proc.send_signal(signal.SIGKILL)
+    doomed.proc.wait()
+    gate.touch()
+    rescuer = start_worker(url, concurrency=2)
+    results = batch.results(timeout=60)
+    assert all(r.status is JobStatus.SUCCEEDED and r.attempts == 2 for r in results)
+
+    deadline = time.monotonic() + 30
+    while len(tasks_in("SUCCESS")) < 2 or len(tasks_in("FAILURE")) < 2:
+        assert time.monotonic() < deadline, get_json(search)
+        time.sleep(0.3)
+    failed = tasks_in("FAILURE")
+    assert {t["uuid"] for t in failed} == first  # the dead worker's attempts, shown lost
+    for task in failed:
+        assert task["worker"] == f"{doomed.name}@{os.uname().nodename}"
+        assert "WorkerLostError('worker died: job lost-" in task["exception"]
+        assert "sent again as task" in task["exception"]
+    for task in tasks_in("SUCCESS"):  # the re-runs keep the batch label
+        assert task["kwargs"] == "{'batch': 'b-lost'}"
+        assert task["worker"] == f"{rescuer.name}@{os.uname().nodename}"
