@@ -11,7 +11,8 @@ key                        type    what it holds
                                    waiter of the submit that recorded it), ``queue`` and
                                    ``batch`` (where it was sent, its batch or ``""``); of its
                                    latest message: ``task`` (its task id), ``pushed`` (when,
-                                   ms), ``head`` (``1``: pushed at the head of the queue);
+                                   ms), ``seq`` (its push number), ``head`` (``1``: pushed
+                                   at the head of the queue);
                                    ``received``/``holder`` (the task id a consumer took, and
                                    which consumer), ``started``/``worker`` (the task id a
                                    worker started, and its node name);
@@ -28,7 +29,8 @@ key                        type    what it holds
                                    ``CONSUMER`` is ``QUEUE@NAME:HOST:PID:TOKEN:N`` (the
                                    queue, the worker's node ``NAME@HOST``, its process)
 ``chalk:consumers``        zset    consumer -> liveness deadline (ms), renewed while it lives
-``chalk:taken:QUEUE``      string  the push time (ms) of the latest message taken from the
+``chalk:pushes``           string  a counter numbering every message pushed to a queue
+``chalk:taken:QUEUE``      string  the push number of the latest message taken from the
                                    queue among those pushed at its tail: messages pushed
                                    before it have left the queue
 ``chalk:reconciler``       string  the worker running the reconciler now, with a TTL
@@ -68,6 +70,8 @@ CONSUMERS = PREFIX + "consumers"
 """Sorted set of queue consumers, scored by their liveness deadline."""
 RECONCILER = PREFIX + "reconciler"
 """The lock that lets one worker at a time run the reconciler."""
+PUSHES = PREFIX + "pushes"
+"""The counter that numbers messages pushed to queues (the reconciler's watermark)."""
 HELD_PREFIX = PREFIX + "held:"
 TAKEN_PREFIX = PREFIX + "taken:"
 OWNER_PREFIX = PREFIX + "owner:"

@@ -50,10 +50,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 _PUSH_HEAD = """
 -- Push a job's message at the head of its queue (taken next) and record it as the
--- job's latest: a sign of life.
-local function push_head(record, pending, id, queue, message, task, now)
+-- job's latest (numbered from the push counter): a sign of life.
+local function push_head(record, pending, pushes, id, queue, message, task, now)
   redis.call('RPUSH', queue, message)
-  redis.call('HSET', record, 'task', task, 'pushed', now, 'head', '1')
+  local seq = redis.call('INCR', pushes)
+  redis.call('HSET', record, 'task', task, 'pushed', now, 'seq', seq, 'head', '1')
   redis.call('HDEL', record, 'received', 'holder')
   redis.call('ZADD', pending, now, id)
 end
@@ -62,7 +63,7 @@ end
 SUBMIT = Script(
     "submit",
     """
--- KEYS: job, result, watchers, broker queue, owner, pending
+-- KEYS: job, result, watchers, broker queue, owner, pending, push counter
 -- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
 --       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself),
 --       the message's task id, batch id (or '')
@@ -75,7 +76,8 @@ local function enqueue()
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if ARGV[6] ~= '' then
     redis.call('LPUSH', KEYS[4], ARGV[6])
-    redis.call('HSET', KEYS[1], 'task', ARGV[9], 'pushed', now, 'head', '0')
+    local seq = redis.call('INCR', KEYS[7])
+    redis.call('HSET', KEYS[1], 'task', ARGV[9], 'pushed', now, 'seq', seq, 'head', '0')
     redis.call('HDEL', KEYS[1], 'received', 'holder')
   end
   redis.call('ZADD', KEYS[6], now, ARGV[1])
@@ -260,19 +262,20 @@ REAP = Script(
     """
 -- KEYS: running
 -- ARGV: job key prefix, most leases to list
--- Lists expired leases as id, batch, the task id that started it and the node that
--- ran it; REQUEUE takes them.
+-- Lists expired leases as id, batch, the task id that started it, the node that ran
+-- it and its queue; REQUEUE takes them.
 """
     + _NOW_MS
     + """
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local found = {}
 for _, id in ipairs(expired) do
-  local rec = redis.call('HMGET', ARGV[1] .. id, 'batch', 'started', 'worker')
+  local rec = redis.call('HMGET', ARGV[1] .. id, 'batch', 'started', 'worker', 'queue')
   found[#found + 1] = id
   found[#found + 1] = rec[1] or ''
   found[#found + 1] = rec[2] or ''
   found[#found + 1] = rec[3] or ''
+  found[#found + 1] = rec[4] or ''
 end
 return found
 """,
@@ -281,7 +284,7 @@ return found
 REQUEUE = Script(
     "requeue",
     """
--- KEYS: running, owner, job, result, pending
+-- KEYS: running, owner, job, result, pending, push counter
 -- ARGV: id, message (or '': claim the lease while the caller publishes elsewhere),
 --       its task id, claim token, lease ms, default queue
 -- Sends again a job whose lease expired (its worker died): 'requeued' (message at the
@@ -315,7 +318,7 @@ end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', KEYS[2])
 local queue = redis.call('HGET', KEYS[3], 'queue') or ARGV[6]
-push_head(KEYS[3], KEYS[5], id, queue, ARGV[2], ARGV[3], now)
+push_head(KEYS[3], KEYS[5], KEYS[6], id, queue, ARGV[2], ARGV[3], now)
 return 'requeued'
 """,
 )
@@ -341,8 +344,9 @@ RECEIVE = Script(
 -- KEYS: job, pending, the queue's watermark
 -- ARGV: id, task id, consumer
 -- A consumer took the job's latest message from the queue. A message pushed at the
--- tail moves the watermark: every message pushed before it has left the queue too.
-local rec = redis.call('HMGET', KEYS[1], 'task', 'pushed', 'head')
+-- tail moves the watermark (its push number): every message pushed before it has left
+-- the queue too.
+local rec = redis.call('HMGET', KEYS[1], 'task', 'seq', 'head')
 if rec[1] ~= ARGV[2] then return 0 end
 """
     + _NOW_MS
@@ -362,7 +366,7 @@ return 1
 RESTORE = Script(
     "restore",
     """
--- KEYS: held list, job, result, running, owner, pending
+-- KEYS: held list, job, result, running, owner, pending, push counter
 -- ARGV: the held entry, job id (or '': not a job's message), its task id,
 --       new message (or '': push the entry itself), new task id, default queue
 -- Gives back one message a consumer held: 'requeued' at the head of the queue when it
@@ -388,7 +392,7 @@ if deadline then  -- an expired lease: this message is the job's next run
 end
 local message, task = ARGV[4], ARGV[5]
 if message == '' then message, task = ARGV[1], ARGV[3] end
-push_head(KEYS[2], KEYS[6], id, rec[2] or ARGV[6], message, task, now)
+push_head(KEYS[2], KEYS[6], KEYS[7], id, rec[2] or ARGV[6], message, task, now)
 return 'requeued'
 """,
 )
@@ -454,7 +458,7 @@ RECONCILE = Script(
 -- when it has a result or no record (forgotten: it leaves the index), holds a live
 -- lease, was taken by a consumer that is registered, or waits in the queue; a fine
 -- job is looked at again later (one waiting in a long queue, less and less often).
--- Returns the others as kind, id, task id, batch, publisher:
+-- Returns the others as kind, id, task id, batch, publisher, queue:
 -- 'lost' (to send again) or 'unpublished' (a submit died before publishing it).
 """
     + _NOW_MS
@@ -470,9 +474,9 @@ for _, id in ipairs(due) do
     redis.call('ZREM', KEYS[1], id)
   else
     local deadline = redis.call('ZSCORE', KEYS[2], id)
-    local rec = redis.call('HMGET', record, 'task', 'pushed', 'head', 'queue', 'received',
+    local rec = redis.call('HMGET', record, 'task', 'pushed', 'seq', 'queue', 'received',
                            'holder', 'unpublished', 'batch')
-    local task, pushed, queue = rec[1] or '', tonumber(rec[2] or '0'), rec[4]
+    local task, pushed, seq, queue = rec[1] or '', tonumber(rec[2] or '0'), rec[3], rec[4]
     local kind = nil
     if deadline and tonumber(deadline) > now then
       later(id, tonumber(deadline))
@@ -486,7 +490,7 @@ for _, id in ipairs(due) do
       else
         kind = 'lost'
       end
-    elseif queue and ((pushed < tonumber(redis.call('GET', ARGV[5] .. queue) or '0'))
+    elseif queue and ((seq and tonumber(seq) < tonumber(redis.call('GET', ARGV[5] .. queue) or '0'))
                       or redis.call('LLEN', queue) == 0) then
       kind = 'lost'
     else
@@ -498,6 +502,7 @@ for _, id in ipairs(due) do
       found[#found + 1] = task
       found[#found + 1] = rec[8] or ''
       found[#found + 1] = rec[7] or ''
+      found[#found + 1] = queue or ''
       later(id, now)
     end
   end
@@ -509,7 +514,7 @@ return found
 REPUBLISH = Script(
     "republish",
     """
--- KEYS: job, result, running, pending
+-- KEYS: job, result, running, pending, push counter
 -- ARGV: id, the task id the reconciler saw (or ''), message, its task id, default queue
 -- Sends again a job whose message was lost, unless something happened to it since.
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
@@ -522,7 +527,7 @@ if (rec[1] or '') ~= ARGV[2] then return 'changed' end
     + """
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if deadline and tonumber(deadline) > now then return 'running' end
-push_head(KEYS[1], KEYS[4], ARGV[1], rec[2] or ARGV[5], ARGV[3], ARGV[4], now)
+push_head(KEYS[1], KEYS[4], KEYS[5], ARGV[1], rec[2] or ARGV[5], ARGV[3], ARGV[4], now)
 return 'requeued'
 """,
 )

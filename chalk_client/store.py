@@ -182,6 +182,7 @@ def queue_submit(
             settings.queue,
             keys.owner(job.job_id),
             keys.PENDING,
+            keys.PUSHES,
         ],
         [
             job.job_id,

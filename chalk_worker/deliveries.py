@@ -261,6 +261,7 @@ class HeldMessages:
                         keys.RUNNING,
                         keys.owner(entry.job_id),
                         keys.PENDING,
+                        keys.PUSHES,
                     ],
                     [entry.raw, entry.job_id, entry.task_id, message, task_id, queue],
                 )

@@ -65,13 +65,14 @@ class Start:
 
 @dataclass(frozen=True)
 class Expired:
-    """A lease that ran out: the job, its batch (or ``""``), the task id that started it
-    and the node name of the worker that ran it."""
+    """A lease that ran out: the job, its batch (or ``""``), the task id that started it,
+    the node name of the worker that ran it, and its queue (``""``: not a Redis list)."""
 
     job_id: str
     batch: str
     started: str
     node: str
+    queue: str
 
 
 def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
@@ -247,17 +248,19 @@ class LeaseStore:
         """The leases that ran out (their worker stopped renewing them); ``requeue`` takes them."""
         found = self._run(REAP, [keys.RUNNING], [keys.JOB_PREFIX, REAP_BATCH])
         values = [_text(value) for value in found]
-        return [Expired(*values[i : i + 4]) for i in range(0, len(values), 4)]
+        return [Expired(*values[i : i + 5]) for i in range(0, len(values), 5)]
 
     def requeue(self, expired: Sequence[Expired], queue: str) -> list[tuple[Expired, str, str]]:
-        """Send each expired job again: a new message at the head of ``queue`` (a Redis
-        broker), in the same script that frees the lease if it is still expired.
+        """Send each expired job again: a new message at the head of its queue (``queue``
+        for jobs that name none), in the same script that frees the lease if still expired.
 
         Returns each job with the script's answer, ``requeued`` or why it was left
         alone (``done``, ``gone``: another worker sent it, ``alive``, ``missing``),
         and the new message's task id.
         """
-        messages = [queue_message(one.job_id, queue, one.batch or None) for one in expired]
+        messages = [
+            queue_message(one.job_id, one.queue or queue, one.batch or None) for one in expired
+        ]
 
         def build(pipe: Any) -> None:
             for one, message in zip(expired, messages, strict=True):
@@ -290,7 +293,14 @@ class LeaseStore:
         run_script(
             pipe,
             REQUEUE,
-            [keys.RUNNING, keys.owner(job_id), keys.job(job_id), keys.result(job_id), keys.PENDING],
+            [
+                keys.RUNNING,
+                keys.owner(job_id),
+                keys.job(job_id),
+                keys.result(job_id),
+                keys.PENDING,
+                keys.PUSHES,
+            ],
             [job_id, message, task_id, token, self.lease_ms, queue],
         )
 

@@ -12,10 +12,12 @@ by hand. Each is sent again, in a script that first checks nothing happened to
 the job since it was looked at.
 
 Whether a message still waits in the queue is known without reading the queue:
-messages are pushed at its tail and taken from its head, and the queue's
-watermark is the push time of the latest tail-pushed message taken. A job whose
-latest message was pushed before the watermark, or into an empty queue, and
-that no consumer took, is not in the queue any more.
+messages are pushed at its tail and taken from its head, every push is numbered
+(``chalk:pushes``), and the queue's watermark is the number of the latest
+tail-pushed message taken. A job whose latest message was pushed before the
+watermark, or into an empty queue, and that no consumer took, is not in the
+queue any more. Numbers, not times: a clock set back cannot make a waiting job
+look lost.
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ PASS_LIMIT = 1000
 @dataclass(frozen=True)
 class Stray:
     """A job the reconciler found without a message: ``lost``, or ``unpublished`` by a
-    submit that died (a separate broker); with its latest task id, batch and publisher."""
+    submit that died (a separate broker); with its latest task id, batch, publisher and
+    queue (``""``: not a Redis list)."""
 
     kind: str
     job_id: str
     task_id: str
     batch: str
     publisher: str
+    queue: str
 
 
 Publish = Callable[[str, str | None], str]
@@ -103,11 +107,12 @@ class Reconciler:
             ],
         )
         values = [_text(value) for value in found]
-        return [Stray(*values[i : i + 5]) for i in range(0, len(values), 5)]
+        return [Stray(*values[i : i + 6]) for i in range(0, len(values), 6)]
 
     def _republish(self, stray: Stray) -> str:
         """Send a lost job again at the head of its queue; its new task id, or ``""``."""
-        message = queue_message(stray.job_id, self.settings.queue, stray.batch or None)
+        queue = stray.queue or self.settings.queue
+        message = queue_message(stray.job_id, queue, stray.batch or None)
         answer = self.held.run(
             REPUBLISH,
             [
@@ -115,8 +120,9 @@ class Reconciler:
                 keys.result(stray.job_id),
                 keys.RUNNING,
                 keys.PENDING,
+                keys.PUSHES,
             ],
-            [stray.job_id, stray.task_id, message.text, message.task_id, self.settings.queue],
+            [stray.job_id, stray.task_id, message.text, message.task_id, queue],
         )
         return message.task_id if _text(answer) == "requeued" else ""
 
