@@ -16,9 +16,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import suppress
 from types import TracebackType
 
-from chalk_client.async_store import AsyncJobStore, connect_async
-from chalk_client.broker import KombuPublisher, SubmitLedger, queue_message
+from chalk_client.async_store import AsyncJobStore
+from chalk_client.broker import KombuPublisher, SubmitLedger
 from chalk_client.client import RECONNECT_S, STALE_AFTER_S, Progress, describe_state, new_waiter
+from chalk_client.cluster.connection import connect_async
+from chalk_client.cluster.messages import queue_message
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,

@@ -6,25 +6,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
 
-import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError
 
-from chalk_client import keys
-from chalk_client.jobs import JobResult
-from chalk_client.records import PreparedJob, load_result
-from chalk_client.scripts import ALL
-from chalk_client.settings import ChalkSettings
-from chalk_client.store import (
+from chalk_client.cluster import keys
+from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline_async
+from chalk_client.cluster.submit import (
     CHUNK,
-    DRAIN,
     JobState,
-    as_text,
-    checked_url,
     chunk_replies,
     distinct_blobs,
-    first_error,
-    merge_replies,
     parse_states,
     plan_chunks,
     queue_batch_index,
@@ -34,20 +24,11 @@ from chalk_client.store import (
     queue_states,
     queue_submit_chunk,
     queue_watches,
-    reaching,
 )
-
-
-def connect_async(url: str) -> redis.asyncio.Redis:
-    """An asyncio Redis client for the store (bytes in and out; no read timeout).
-
-    Raises ``ConfigurationError`` for a URL that is not a Redis URL.
-    """
-    client: redis.asyncio.Redis = checked_url(
-        url,
-        partial(redis.asyncio.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
-    )
-    return client
+from chalk_client.jobs import JobResult
+from chalk_client.records import PreparedJob, load_result
+from chalk_client.settings import ChalkSettings
+from chalk_client.store import DRAIN, reaching
 
 
 class AsyncJobStore:
@@ -58,19 +39,12 @@ class AsyncJobStore:
         self.settings = settings
         self.url = url
 
-    async def _pipeline(self, build: Callable[[Any], object], *, each: bool = False) -> list[Any]:
+    async def _pipeline(
+        self, build: Callable[[Pipeline], object], *, each: bool = False
+    ) -> list[Any]:
         """See ``JobStore._pipeline``."""
-        previous: list[Any] | None = None
         with reaching(self.url):
-            for _ in range(2):
-                pipe = self.redis.pipeline(transaction=False)
-                build(pipe)
-                replies = merge_replies(previous, await pipe.execute(raise_on_error=False))
-                if not any(isinstance(reply, NoScriptError) for reply in replies):
-                    break
-                previous = replies
-                for script in ALL:
-                    await self.redis.script_load(script.text)
+            replies = await run_pipeline_async(self.redis, build)
             error = first_error(replies)
             if error is not None and not each:
                 raise error

@@ -1,122 +1,33 @@
-"""The ``chalk.score`` task message, sent by name: the client never imports the worker.
+"""Publishing ``chalk.score`` messages, sent by name: the client never imports the worker.
 
-A message carries one job id and nothing else. On a Redis broker (the default:
+A message (``chalk_client.cluster.messages``) carries one job id. On a Redis broker (the default:
 the broker is the store's Redis) the client writes kombu's message itself, in
 the same Lua script that records the job, so recording and enqueueing happen
 together or not at all. With another broker (``CHALK_BROKER_URL``, e.g.
 RabbitMQ) a kombu producer publishes the same message after the job is recorded;
 the record stays ``unpublished`` until the publish went through, and a failed
-publish gives the record back (``chalk_client.scripts.RELEASE``), so that
+publish gives the record back (``chalk_client.cluster.submit.RELEASE``), so that
 submitting the job again sends it. ``SubmitLedger`` counts what a submit has
 queued, so that one stopped halfway names the jobs it has not.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import threading
 import uuid
-from base64 import b64encode
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
-from kombu import Connection, Exchange, Queue
+from kombu import Connection
 from kombu.transport import TRANSPORT_ALIASES
 
+from chalk_client.cluster.connection import shown_url
+from chalk_client.cluster.messages import EMBED, task_headers, task_queue
 from chalk_client.errors import ChalkError, ConfigurationError, QueueError, QueueUnavailableError
 from chalk_client.records import PreparedJob
-from chalk_client.store import shown_url, store_error
-
-TASK_NAME = "chalk.score"
-"""The one task of the cluster; its only argument is a job id."""
-
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-_ORIGIN = f"{os.getpid()}@{socket.gethostname()}"
-
-
-def task_queue(name: str) -> Queue:
-    """The queue the workers consume, declared identically by workers and clients."""
-    return Queue(name, Exchange(name, type="direct"), routing_key=name)
-
-
-def task_body(job_id: str) -> str:
-    """The message body, in Celery's task protocol 2: ``[args, kwargs, embed]`` as JSON."""
-    return json.dumps([[job_id], {}, _EMBED])
-
-
-def task_headers(job_id: str, task_id: str, batch: str | None = None) -> dict[str, Any]:
-    """Celery's protocol-2 headers for one ``chalk.score`` message.
-
-    ``argsrepr`` and ``kwargsrepr`` are what Celery and Flower show of the task:
-    the job id, and the batch it was sent in (a label only: the message's real
-    keyword arguments stay empty), so ``kwargs:batch=ID`` finds a batch in Flower.
-    """
-    return {
-        "lang": "py",
-        "task": TASK_NAME,
-        "id": task_id,
-        "shadow": None,
-        "eta": None,
-        "expires": None,
-        "group": None,
-        "group_index": None,
-        "retries": 0,
-        "timelimit": [None, None],
-        "root_id": task_id,
-        "parent_id": None,
-        "argsrepr": repr([job_id]),
-        "kwargsrepr": repr({"batch": batch}) if batch else "{}",
-        "origin": _ORIGIN,
-        "ignore_result": True,
-        "replaced_task_nesting": 0,
-        "stamped_headers": None,
-        "stamps": {},
-    }
-
-
-class QueueMessage(NamedTuple):
-    """One ``chalk.score`` message as it sits in a Redis queue, and its task id."""
-
-    text: str
-    task_id: str
-
-
-def queue_message(job_id: str, queue: str, batch: str | None = None) -> QueueMessage:
-    """A new message (a new task id) for ``job_id``, as kombu's Redis transport stores it.
-
-    Its delivery tag is its task id: both name this one message.
-    """
-    task_id = str(uuid.uuid4())
-    return QueueMessage(redis_message(job_id, queue, batch, task_id=task_id), task_id)
-
-
-def redis_message(
-    job_id: str, queue: str, batch: str | None = None, *, task_id: str | None = None
-) -> str:
-    """The message as kombu's Redis transport stores it in the queue's list."""
-    task_id = task_id or str(uuid.uuid4())
-    return json.dumps(
-        {
-            "body": b64encode(task_body(job_id).encode()).decode("ascii"),
-            "content-encoding": "utf-8",
-            "content-type": "application/json",
-            "headers": task_headers(job_id, task_id, batch),
-            "properties": {
-                "correlation_id": task_id,
-                "reply_to": "",
-                "delivery_mode": 2,
-                "delivery_info": {"exchange": "", "routing_key": queue},
-                "priority": 0,
-                "body_encoding": "base64",
-                "delivery_tag": task_id,
-            },
-        }
-    )
-
+from chalk_client.store import store_error
 
 RETRY_POLICY: dict[str, Any] = {"max_retries": 3}
 """How a publish rides out a broker that drops the connection (kombu's ``retry_policy``)."""
@@ -174,7 +85,7 @@ class KombuPublisher:
             for job_id in job_ids:
                 task_id = str(uuid.uuid4())
                 producer.publish(
-                    [[job_id], {}, _EMBED],
+                    [[job_id], {}, EMBED],
                     exchange="",
                     routing_key=self.queue.name,
                     headers=task_headers(job_id, task_id, batch),

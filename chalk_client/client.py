@@ -24,7 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from types import TracebackType
 
-from chalk_client.broker import KombuPublisher, SubmitLedger, queue_message
+from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.cluster.connection import connect
+from chalk_client.cluster.keys import DONE_TTL_S
+from chalk_client.cluster.messages import queue_message
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
@@ -33,10 +36,9 @@ from chalk_client.errors import (
     ResultTimeout,
 )
 from chalk_client.jobs import JobResult, JobStatus
-from chalk_client.keys import DONE_TTL_S
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import JobStore, connect
+from chalk_client.store import JobStore
 from chalk_client.summary import BatchSummary, summarize_jobs
 
 WAIT_SLICE_S = 2.0

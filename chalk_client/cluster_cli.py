@@ -13,11 +13,11 @@ from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from chalk_client.client import ChalkClient
+from chalk_client.cluster.connection import connect, redacted
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.ops_cli import eta_line
 from chalk_client.progress import ProgressBar, Tally
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import connect, redacted
 from chalk_client.summary import summarize_jobs
 from chalk_client.usage import TokenUsage
 

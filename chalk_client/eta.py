@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from chalk_client import keys
+from chalk_client.cluster import keys
 from chalk_client.store import JobStore, reaching
 from chalk_client.summary import BatchSummary
 

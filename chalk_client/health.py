@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ValidationError
 
-from chalk_client import keys
+from chalk_client.cluster import keys
+from chalk_client.cluster.connection import redacted
+from chalk_client.cluster.presence import WorkerPresence, read_workers
+from chalk_client.cluster.script import as_text
 from chalk_client.eta import duration
-from chalk_client.store import as_text, reaching, redacted
+from chalk_client.store import reaching
 
 UNACKED_KEY = "unacked"
 """kombu's Redis transport: messages delivered to a consumer and not acknowledged yet."""
@@ -30,32 +32,6 @@ UNACKED_INDEX_KEY = "unacked_index"
 """kombu's Redis transport: when each of those was delivered (Unix time)."""
 SAFE_EVICTION = "noeviction"
 """The only ``maxmemory-policy`` under which Redis never drops a job record."""
-
-
-class WorkerPresence(BaseModel):
-    """What a live worker says of itself in ``chalk:worker:NODE``."""
-
-    node: str
-    """Celery's node name, ``name@host``."""
-    host: str
-    pid: int
-    pool: str
-    """Celery's pool: ``threads`` (the default), ``prefork``, ..."""
-    concurrency: int
-    """Jobs the worker holds at once."""
-    queue: str
-    started: float
-    """When the worker started (Unix time, the worker's clock)."""
-    seen: float
-    """When it last refreshed this record (Unix time, the worker's clock)."""
-    version: str
-    """The chalk-queue version it runs."""
-    sandbox: list[str]
-    """Its sandbox layers, one line each, as ``detect_layers().report()`` words them."""
-    metrics_port: int | None = None
-    """Where it serves Prometheus metrics (``CHALK_METRICS_PORT``), if it does."""
-    running: int | None = None
-    """Jobs it is scoring now (known for the threads pool)."""
 
 
 @dataclass(frozen=True)
@@ -197,23 +173,6 @@ class HealthReport:
             f"{worker.pool} x{worker.concurrency}{running}, up {up}, seen {seen} ago{metrics}"
         )
         return [head, *(f"      {line}" for line in worker.sandbox)]
-
-
-def read_workers(client: redis.Redis) -> list[WorkerPresence]:
-    """Every live worker's presence, by node name (records that do not parse are skipped)."""
-    names = sorted(as_text(name) for name in client.scan_iter(keys.WORKER_PREFIX + "*", 500))
-    if not names:
-        return []
-    raws: Any = client.mget(names)
-    workers = []
-    for raw in raws:
-        if raw is None:
-            continue  # expired between the scan and the read
-        try:
-            workers.append(WorkerPresence.model_validate_json(raw))
-        except ValidationError:
-            continue
-    return workers
 
 
 def _config(client: redis.Redis, name: str) -> str:

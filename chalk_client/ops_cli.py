@@ -13,12 +13,12 @@ import sys
 from typing import Any
 
 from chalk_client.client import ChalkClient
+from chalk_client.cluster.connection import redacted
 from chalk_client.eta import batch_progress
 from chalk_client.health import check_health
 from chalk_client.purge import purge_batch, purge_queue
 from chalk_client.retry import retry_failed
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import redacted
 from chalk_client.summary import BatchSummary
 
 COMMANDS = ("health", "purge", "retry")

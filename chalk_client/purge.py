@@ -22,13 +22,14 @@ from typing import Any
 from kombu import Connection
 from kombu.exceptions import OperationalError
 
-from chalk_client import keys
-from chalk_client.broker import task_queue
 from chalk_client.client import ChalkClient
+from chalk_client.cluster.connection import shown_url
+from chalk_client.cluster.messages import task_queue
+from chalk_client.cluster.purge import queue_purge
+from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
 from chalk_client.errors import QueueError, QueueUnavailableError
 from chalk_client.jobs import JobResult, JobStatus
-from chalk_client.scripts import Script
-from chalk_client.store import as_text, reaching, run_script, shown_url
+from chalk_client.store import reaching
 
 PURGED_ERROR = (
     "purged by an operator (chalk purge) before it ran; score it again with "
@@ -36,26 +37,6 @@ PURGED_ERROR = (
 )
 CHUNK = 200
 """Messages taken, and jobs purged, per round trip."""
-
-PURGE = Script(
-    "purge",
-    """
--- KEYS: job, result, owner, watchers, pending
--- ARGV: id, failed result json, result ttl, done-list key prefix
-if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 'running' end
-local ttl = tonumber(ARGV[3])
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ttl)
-redis.call('ZREM', KEYS[5], ARGV[1])
-for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
-  redis.call('RPUSH', ARGV[4] .. waiter, ARGV[1])
-  redis.call('EXPIRE', ARGV[4] .. waiter, DONE_TTL_S)
-end
-redis.call('DEL', KEYS[4])
-return 'purged'
-""".replace("DONE_TTL_S", str(keys.DONE_TTL_S)),
-)
 
 
 @dataclass(frozen=True)
@@ -85,29 +66,19 @@ def purge_jobs(client: ChalkClient, job_ids: Sequence[str]) -> Counter[str]:
     for start in range(0, len(job_ids), CHUNK):
         part = job_ids[start : start + CHUNK]
 
-        def build(pipe: Any, part: Sequence[str] = part) -> None:
+        def build(pipe: Pipeline, part: Sequence[str] = part) -> None:
             for job_id in part:
                 failed = JobResult(
                     job_id=job_id, status=JobStatus.FAILED, error=PURGED_ERROR, attempts=0
                 )
-                run_script(
-                    pipe,
-                    PURGE,
-                    [
-                        keys.job(job_id),
-                        keys.result(job_id),
-                        keys.owner(job_id),
-                        keys.watchers(job_id),
-                        keys.PENDING,
-                    ],
-                    [job_id, failed.model_dump_json(), ttl, keys.DONE_PREFIX],
-                )
+                queue_purge(pipe, job_id, failed.model_dump_json(), ttl)
 
         with reaching(client.redis_url):
-            client.store.redis.script_load(PURGE.text)  # after a restart Redis forgot it
-            pipe = client.store.redis.pipeline(transaction=False)
-            build(pipe)
-            outcomes.update(as_text(reply) for reply in pipe.execute())
+            replies = run_pipeline(client.store.redis, build)
+            error = first_error(replies)
+            if error is not None:
+                raise error
+            outcomes.update(as_text(reply) for reply in replies)
     return outcomes
 
 

@@ -14,12 +14,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalk_client import keys
 from chalk_client.client import Batch, ChalkClient
+from chalk_client.cluster import keys
+from chalk_client.cluster.script import as_text
 from chalk_client.errors import QueueError
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.records import load_job
-from chalk_client.store import as_text, reaching
+from chalk_client.store import reaching
 
 SHOWN = 10
 """Job ids listed per kind in a report."""

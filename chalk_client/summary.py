@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from chalk_client.cluster.submit import JobState
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import JobState, JobStore
+from chalk_client.store import JobStore
 from chalk_client.usage import TokenUsage
 
 FAILURES_KEPT = 20

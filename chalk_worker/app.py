@@ -35,7 +35,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from chalk_client.broker import TASK_NAME, task_queue
+from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import deliveries, metrics, presence

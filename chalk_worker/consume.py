@@ -28,14 +28,15 @@ import redis
 from pydantic import ValidationError
 from redis.exceptions import ReadOnlyError
 
+from chalk_client.cluster.connection import connect, redacted
+from chalk_client.cluster.leases import Start
 from chalk_client.errors import JobFailedError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import connect, redacted
 from chalk_worker import deliveries, metrics
 from chalk_worker.deliveries import HeldMessages, LostAttempt
-from chalk_worker.leases import LeaseStore, Start, describe_trouble
+from chalk_worker.leases import LeaseStore, describe_trouble
 from chalk_worker.process_loop import process_loop
 from chalk_worker.reconciler import Publish, Reconciler
 from chalk_worker.runner import score_job_async

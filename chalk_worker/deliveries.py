@@ -20,9 +20,6 @@ through its keeper once Redis answers again.
 
 from __future__ import annotations
 
-import ast
-import base64
-import json
 import logging
 import os
 import socket
@@ -34,66 +31,23 @@ from typing import Any
 
 import redis
 
-from chalk_client import keys
-from chalk_client.broker import TASK_NAME, queue_message
-from chalk_client.scripts import (
-    ALL,
-    CONSUMERS,
-    DEAD_CONSUMERS,
-    FORGET_CONSUMER,
-    RECEIVE,
-    RESTORE,
-    Script,
+from chalk_client.cluster import keys
+from chalk_client.cluster.delivery import (
+    queue_consumers,
+    queue_dead_consumers,
+    queue_forget_consumer,
+    queue_receive,
+    queue_restore,
 )
-from chalk_client.store import merge_replies, run_script
+from chalk_client.cluster.messages import HeldEntry, queue_message
+from chalk_client.cluster.script import Build, as_text, first_error, run_pipeline
 
 log = logging.getLogger(__name__)
 
 GIVE_BACK_BATCH = 1000
 """Most held messages given back per round trip."""
-DEAD_BATCH = 100
-"""Most dead consumers handled per keeper tick."""
 MAX_ROUNDS = 10
 """Most rounds of giving back one consumer's messages (a live one may take more)."""
-
-
-@dataclass(frozen=True)
-class HeldEntry:
-    """What a held message says of itself: its job, task id and batch (``""`` if none)."""
-
-    raw: bytes
-    job_id: str
-    task_id: str
-    batch: str
-
-    @classmethod
-    def parse(cls, raw: bytes) -> HeldEntry:
-        """Read a queue entry; one that is not a ``chalk.score`` message has no job id."""
-        try:
-            payload = json.loads(raw)
-            headers = payload["headers"]
-            if headers.get("task") != TASK_NAME:
-                raise ValueError("not a chalk.score message")
-            body = json.loads(base64.b64decode(payload["body"]))
-            job_id = body[0][0]
-            task_id = headers["id"]
-            if not (isinstance(job_id, str) and isinstance(task_id, str)):
-                raise ValueError("no job id")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            return cls(raw, "", "", "")
-        return cls(raw, job_id, task_id, _batch_label(headers.get("kwargsrepr")))
-
-
-def _batch_label(kwargsrepr: object) -> str:
-    """The batch a message was labelled with (``kwargsrepr`` is ``"{'batch': 'ID'}"``)."""
-    if not isinstance(kwargsrepr, str) or "batch" not in kwargsrepr:
-        return ""
-    try:
-        found = ast.literal_eval(kwargsrepr)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return ""
-    batch = found.get("batch") if isinstance(found, dict) else None
-    return batch if isinstance(batch, str) else ""
 
 
 @dataclass(frozen=True)
@@ -189,22 +143,9 @@ class HeldMessages:
         self.redis = client
         self.lease_ms = lease_ms
 
-    def _pipeline(self, build: Any) -> list[Any]:
-        """Run what ``build`` queues in one round trip, loading the scripts if Redis forgot them."""
-        pipe = self.redis.pipeline(transaction=False)
-        build(pipe)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
-            for script in ALL:
-                self.redis.script_load(script.text)
-            pipe = self.redis.pipeline(transaction=False)
-            build(pipe)
-            replies = merge_replies(replies, pipe.execute(raise_on_error=False))
-        return replies
-
-    def run(self, script: Script, keys_: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run one script (loaded again if Redis forgot it); its reply, or its error raised."""
-        reply = self._pipeline(lambda pipe: run_script(pipe, script, keys_, args))[0]
+    def run(self, build: Build) -> Any:
+        """Run the one command ``build`` queues; its reply, or its error raised."""
+        reply = run_pipeline(self.redis, build)[0]
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -212,15 +153,11 @@ class HeldMessages:
     def register(self, consumers: Sequence[str]) -> None:
         """Register consumers, or renew them: their liveness runs a lease from now."""
         if consumers:
-            self.run(CONSUMERS, [keys.CONSUMERS], [self.lease_ms, *consumers])
+            self.run(lambda pipe: queue_consumers(pipe, list(consumers), self.lease_ms))
 
     def receive(self, job_id: str, task_id: str, consumer: str) -> None:
         """Note on the job that ``consumer`` took its latest message."""
-        self.run(
-            RECEIVE,
-            [keys.job(job_id), keys.PENDING, keys.taken(queue_of(consumer))],
-            [job_id, task_id, consumer],
-        )
+        self.run(lambda pipe: queue_receive(pipe, job_id, task_id, consumer))
 
     def ack(self, consumer: str, raw: bytes) -> None:
         """Remove an acknowledged message from the consumer's held list."""
@@ -251,29 +188,16 @@ class HeldMessages:
                 if fresh and entry.job_id:
                     message, task_id = queue_message(entry.job_id, queue, entry.batch or None)
                 sent.append(task_id)
-                run_script(
-                    pipe,
-                    RESTORE,
-                    [
-                        keys.held(consumer),
-                        keys.job(entry.job_id),
-                        keys.result(entry.job_id),
-                        keys.RUNNING,
-                        keys.owner(entry.job_id),
-                        keys.PENDING,
-                        keys.PUSHES,
-                    ],
-                    [entry.raw, entry.job_id, entry.task_id, message, task_id, queue],
-                )
+                queue_restore(pipe, consumer, entry, message, task_id)
 
         if not entries:
             return []
-        replies = self._pipeline(build)
-        error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        replies = run_pipeline(self.redis, build)
+        error = first_error(replies)
         if error is not None:
             raise error
         return [
-            (entry, _text(reply), task_id)
+            (entry, as_text(reply), task_id)
             for entry, reply, task_id in zip(entries, replies, sent, strict=True)
         ]
 
@@ -298,20 +222,11 @@ class HeldMessages:
                         consumer,
                         entry.raw,
                     )
-            forgotten = self.run(
-                FORGET_CONSUMER,
-                [keys.held(consumer), keys.CONSUMERS],
-                [consumer, "0" if fresh else "1"],
-            )
+            forgotten = self.run(lambda pipe: queue_forget_consumer(pipe, consumer, own=not fresh))
             if forgotten or not entries:
                 break
         return lost
 
     def dead_consumers(self) -> list[str]:
         """Consumers whose liveness lapsed: their processes stopped renewing it."""
-        found = self.run(DEAD_CONSUMERS, [keys.CONSUMERS], [DEAD_BATCH])
-        return [_text(consumer) for consumer in found]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        return [as_text(consumer) for consumer in self.run(queue_dead_consumers)]

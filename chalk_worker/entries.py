@@ -17,7 +17,7 @@ from typing import Any
 from kombu.compression import decompress
 from kombu.utils.json import loads
 
-from chalk_client.broker import TASK_NAME
+from chalk_client.cluster.messages import TASK_NAME
 
 SHOWN_CHARS = 300
 """How much of a dropped entry the log shows."""

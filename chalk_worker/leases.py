@@ -18,61 +18,34 @@ holder begins with ``ZREM``, so it runs whole; a start, whose first write is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
-from redis.exceptions import BusyLoadingError, NoScriptError, OutOfMemoryError, ReadOnlyError
+from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError
 
-from chalk_client import keys
-from chalk_client.broker import queue_message
+from chalk_client.cluster import keys
+from chalk_client.cluster.connection import redacted
+from chalk_client.cluster.leases import (
+    Expired,
+    Start,
+    parse_expired,
+    parse_start,
+    queue_finish,
+    queue_heartbeat,
+    queue_let_go,
+    queue_reap,
+    queue_requeue,
+    queue_start,
+)
+from chalk_client.cluster.messages import queue_message
+from chalk_client.cluster.script import Build, as_text, run_pipeline
 from chalk_client.jobs import JobResult
-from chalk_client.scripts import ALL, FINISH, HEARTBEAT, LET_GO, REAP, REQUEUE, START, Script
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import merge_replies, redacted, run_script
 
-INLINE_ARCHIVE_BYTES = 1 << 20
-"""Archives up to this size come back with the lease; larger ones are read in pieces."""
 DOWNLOAD_PIECE_BYTES = 1 << 20
 """Bytes read per round trip when copying a large archive out of Redis."""
-
-REAP_BATCH = 100
-"""Most expired leases one reap takes."""
-
-
-@dataclass(frozen=True)
-class Start:
-    """What ``LeaseStore.start`` found.
-
-    ``outcome`` is ``start`` (the lease is ours: score the job), ``done`` (it has
-    a result), ``busy`` (another worker holds a live lease) or ``missing`` (no
-    record: never submitted, or expired).
-    """
-
-    outcome: str
-    attempts: int = 0
-    record: bytes = b""
-    blob: str = "none"
-    """``none`` (no submission), ``ok``, ``large`` (read it with ``download``) or
-    ``missing`` (the archive expired)."""
-    archive: bytes | None = None
-    digest: str = ""
-    """The archive's content hash, for ``large`` and ``missing``."""
-    holder: str = ""
-
-
-@dataclass(frozen=True)
-class Expired:
-    """A lease that ran out: the job, its batch (or ``""``), the task id that started it,
-    the node name of the worker that ran it, and its queue (``""``: not a Redis list)."""
-
-    job_id: str
-    batch: str
-    started: str
-    node: str
-    queue: str
 
 
 def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
@@ -102,14 +75,10 @@ def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
     return None
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class LeaseStore:
-    """Start, renew, reap and finish jobs, each step one atomic script.
+    """Start, renew, reap and finish jobs, each step one atomic script (``chalk_client.cluster``).
 
-    Starts and finishes are queued on a pipeline (``queue_start``, ``queue_finish``)
+    Starts and finishes can be queued on a pipeline (``queue_start``, ``queue_finish``)
     so that one round trip serves every job that a process starts or finishes at once.
     """
 
@@ -119,25 +88,8 @@ class LeaseStore:
         self.lease_ms = int(settings.lease_s * 1000)
         self.keep_s = settings.job_ttl_s
 
-    def pipeline(self, build: Callable[[Any], object]) -> list[Any]:
-        """Run what ``build`` queues in one round trip; per-command errors are returned.
-
-        Scripts Redis has forgotten (a restart, ``SCRIPT FLUSH``) are loaded and
-        the pipeline run again; connection errors are raised.
-        """
-        pipe = self.redis.pipeline(transaction=False)
-        build(pipe)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        if any(isinstance(reply, NoScriptError) for reply in replies):
-            for script in ALL:
-                self.redis.script_load(script.text)
-            pipe = self.redis.pipeline(transaction=False)
-            build(pipe)
-            replies = merge_replies(replies, pipe.execute(raise_on_error=False))
-        return replies
-
-    def _run(self, script: Script, keys_: Sequence[str], args: Sequence[Any]) -> Any:
-        reply = self.pipeline(lambda pipe: run_script(pipe, script, keys_, args))[0]
+    def _one(self, build: Build) -> Any:
+        reply = run_pipeline(self.redis, build)[0]
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -145,68 +97,32 @@ class LeaseStore:
     def queue_start(
         self, pipe: Any, job_id: str, owner: str, task_id: str = "", node: str = ""
     ) -> None:
-        """Queue the start script: take the job's lease, count an attempt, read its record.
-
-        ``task_id`` (the message's) and ``node`` (this worker's name) are recorded on
-        the job, to report the attempt lost should this worker die.
-        """
-        run_script(
+        """Queue the start script of ``job_id`` (see ``chalk_client.cluster.leases``)."""
+        queue_start(
             pipe,
-            START,
-            [
-                keys.job(job_id),
-                keys.result(job_id),
-                keys.owner(job_id),
-                keys.RUNNING,
-                keys.attempts(job_id),
-            ],
-            [
-                job_id,
-                owner,
-                self.lease_ms,
-                self.keep_s,
-                keys.BLOB_PREFIX,
-                INLINE_ARCHIVE_BYTES,
-                task_id,
-                node,
-            ],
+            job_id,
+            owner,
+            lease_ms=self.lease_ms,
+            ttl_s=self.keep_s,
+            task_id=task_id,
+            node=node,
         )
 
-    @staticmethod
-    def parse_start(reply: Any) -> Start:
-        """The ``Start`` a start script's reply describes."""
-        outcome = _text(reply[0])
-        if outcome == "busy":
-            return Start(outcome, holder=_text(reply[1]))
-        if outcome != "start":
-            return Start(outcome)
-        blob = _text(reply[3])
-        if blob == "ok":
-            return Start(outcome, int(reply[1]), reply[2], blob, reply[4])
-        return Start(outcome, int(reply[1]), reply[2], blob, None, _text(reply[4]))
-
     def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:
-        """Queue the finish script: write the one result, free the lease, tell the waiters."""
-        job_id = result.job_id
-        run_script(
+        """Queue the finish script of ``result``'s job."""
+        queue_finish(
             pipe,
-            FINISH,
-            [
-                keys.result(job_id),
-                keys.RUNNING,
-                keys.owner(job_id),
-                keys.watchers(job_id),
-                keys.PENDING,
-            ],
-            [job_id, result.model_dump_json(), self.settings.result_ttl_s, owner, keys.DONE_PREFIX],
+            result.job_id,
+            result.model_dump_json(),
+            owner,
+            ttl_s=self.settings.result_ttl_s,
         )
 
     def start(self, job_id: str, owner: str, task_id: str = "", node: str = "") -> Start:
         """Take the job's lease (counting an attempt) and read its record and archive."""
-        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner, task_id, node))[0]
-        if isinstance(reply, Exception):
-            raise reply
-        return self.parse_start(reply)
+        return parse_start(
+            self._one(lambda pipe: self.queue_start(pipe, job_id, owner, task_id, node))
+        )
 
     def download(self, digest: str, path: Path) -> bool:
         """Copy a stored archive to ``path`` in pieces (``False`` if it is gone).
@@ -214,7 +130,7 @@ class LeaseStore:
         A large archive never sits whole in this process's memory: a single reply
         would be held twice, by the reader's buffer and by the reply itself.
         """
-        key = keys.BLOB_PREFIX + digest
+        key = keys.blob(digest)
         size = int(self.redis.strlen(key))
         if size == 0:
             return False
@@ -228,27 +144,18 @@ class LeaseStore:
 
     def finish(self, result: JobResult, owner: str) -> bool:
         """Write the job's one result and tell its waiters; ``False`` if it already had one."""
-        reply = self.pipeline(lambda pipe: self.queue_finish(pipe, result, owner))[0]
-        if isinstance(reply, Exception):
-            raise reply
-        return bool(reply)
+        return bool(self._one(lambda pipe: self.queue_finish(pipe, result, owner)))
 
     def heartbeat(self, job_ids: Sequence[str], owner: str) -> list[str]:
         """Renew the leases of ``job_ids``; returns those no longer ours."""
         if not job_ids:
             return []
-        lost = self._run(
-            HEARTBEAT,
-            [keys.RUNNING],
-            [owner, self.lease_ms, keys.OWNER_PREFIX, keys.RESULT_PREFIX, *job_ids],
-        )
-        return [_text(job_id) for job_id in lost]
+        lost = self._one(lambda pipe: queue_heartbeat(pipe, job_ids, owner, self.lease_ms))
+        return [as_text(job_id) for job_id in lost]
 
     def reap(self) -> list[Expired]:
         """The leases that ran out (their worker stopped renewing them); ``requeue`` takes them."""
-        found = self._run(REAP, [keys.RUNNING], [keys.JOB_PREFIX, REAP_BATCH])
-        values = [_text(value) for value in found]
-        return [Expired(*values[i : i + 5]) for i in range(0, len(values), 5)]
+        return parse_expired(self._one(queue_reap))
 
     def requeue(self, expired: Sequence[Expired], queue: str) -> list[tuple[Expired, str, str]]:
         """Send each expired job again: a new message at the head of its queue (``queue``
@@ -264,7 +171,15 @@ class LeaseStore:
 
         def build(pipe: Any) -> None:
             for one, message in zip(expired, messages, strict=True):
-                self._queue_requeue(pipe, one.job_id, message.text, message.task_id, "", queue)
+                queue_requeue(
+                    pipe,
+                    one.job_id,
+                    message.text,
+                    message.task_id,
+                    token="",
+                    lease_ms=self.lease_ms,
+                    queue=queue,
+                )
 
         return [
             (one, answer, message.task_id)
@@ -279,38 +194,27 @@ class LeaseStore:
 
         def build(pipe: Any) -> None:
             for one in expired:
-                self._queue_requeue(pipe, one.job_id, "", "", token, self.settings.queue)
+                queue_requeue(
+                    pipe,
+                    one.job_id,
+                    "",
+                    "",
+                    token=token,
+                    lease_ms=self.lease_ms,
+                    queue=self.settings.queue,
+                )
 
         return self._answers(expired, build)
 
     def let_go(self, job_id: str, token: str) -> None:
         """Give up a lease taken by ``claim_expired`` once the job's message went out."""
-        self._run(LET_GO, [keys.RUNNING, keys.owner(job_id)], [job_id, token])
+        self._one(lambda pipe: queue_let_go(pipe, job_id, token))
 
-    def _queue_requeue(
-        self, pipe: Any, job_id: str, message: str, task_id: str, token: str, queue: str
-    ) -> None:
-        run_script(
-            pipe,
-            REQUEUE,
-            [
-                keys.RUNNING,
-                keys.owner(job_id),
-                keys.job(job_id),
-                keys.result(job_id),
-                keys.PENDING,
-                keys.PUSHES,
-            ],
-            [job_id, message, task_id, token, self.lease_ms, queue],
-        )
-
-    def _answers(
-        self, expired: Sequence[Expired], build: Callable[[Any], object]
-    ) -> list[tuple[Expired, str]]:
+    def _answers(self, expired: Sequence[Expired], build: Build) -> list[tuple[Expired, str]]:
         if not expired:
             return []
-        replies = self.pipeline(build)
+        replies = run_pipeline(self.redis, build)
         error = next((reply for reply in replies if isinstance(reply, Exception)), None)
         if error is not None:
             raise error
-        return [(one, _text(reply)) for one, reply in zip(expired, replies, strict=True)]
+        return [(one, as_text(reply)) for one, reply in zip(expired, replies, strict=True)]

@@ -26,7 +26,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from chalk_client.store import redacted
+from chalk_client.cluster.connection import redacted
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from importlib import metadata
 
 import redis
 
-from chalk_client import keys
-from chalk_client.health import WorkerPresence
+from chalk_client.cluster import keys
+from chalk_client.cluster.connection import connect, redacted
+from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import connect, redacted
 from chalk_worker.sandbox import detect_layers
 
 log = logging.getLogger(__name__)

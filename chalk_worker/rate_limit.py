@@ -22,25 +22,10 @@ from typing import Protocol
 
 from redis.exceptions import NoScriptError
 
-from chalk_client import keys
-from chalk_client.scripts import Script
+from chalk_client.cluster import keys
+from chalk_client.cluster.rate import RESERVE
 from chalk_worker.loop_redis import REDIS_FAILURES, LoopRedis
 
-RESERVE = Script(
-    "llm-rate-reserve",
-    """
--- KEYS: the server's pace key. ARGV: microseconds between request starts.
--- Reserves the next free start; returns the microseconds until it.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local spacing = tonumber(ARGV[1])
-local start = math.max(now, tonumber(redis.call('GET', KEYS[1]) or 0))
-local after = start + spacing
-redis.call('SET', KEYS[1], string.format('%.0f', after),
-           'PX', math.ceil((after - now) / 1000) + 60000)
-return start - now
-""",
-)
 WITHOUT_IT = "this process paces its LLM requests alone, at the cluster's rate"
 
 

@@ -24,36 +24,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import redis
 
-from chalk_client import keys
-from chalk_client.broker import queue_message
-from chalk_client.scripts import CLAIM_UNPUBLISHED, PUBLISHED, RECONCILE, REPUBLISH
+from chalk_client.cluster import keys
+from chalk_client.cluster.messages import queue_message
+from chalk_client.cluster.reconcile import (
+    Stray,
+    parse_strays,
+    queue_claim_unpublished,
+    queue_reconcile,
+    queue_republish,
+)
+from chalk_client.cluster.script import as_text
+from chalk_client.cluster.submit import queue_published
 from chalk_client.settings import ChalkSettings
 from chalk_worker.deliveries import HeldMessages, LostAttempt
 
 log = logging.getLogger(__name__)
-
-PASS_LIMIT = 1000
-"""Most jobs one pass looks at."""
-
-
-@dataclass(frozen=True)
-class Stray:
-    """A job the reconciler found without a message: ``lost``, or ``unpublished`` by a
-    submit that died (a separate broker); with its latest task id, batch, publisher and
-    queue (``""``: not a Redis list)."""
-
-    kind: str
-    job_id: str
-    task_id: str
-    batch: str
-    publisher: str
-    queue: str
-
 
 Publish = Callable[[str, str | None], str]
 """Publishes a job's message through a broker other than Redis: ``(job id, batch)`` -> task id."""
@@ -95,50 +83,23 @@ class Reconciler:
 
     def strays(self) -> list[Stray]:
         """Look at the jobs due (re-scheduling the fine ones); those without a message."""
-        found = self.held.run(
-            RECONCILE,
-            [keys.PENDING, keys.RUNNING, keys.CONSUMERS],
-            [
-                PASS_LIMIT,
-                self.settings.reconcile_ms,
-                keys.JOB_PREFIX,
-                keys.RESULT_PREFIX,
-                keys.TAKEN_PREFIX,
-            ],
-        )
-        values = [_text(value) for value in found]
-        return [Stray(*values[i : i + 6]) for i in range(0, len(values), 6)]
+        grace_ms = self.settings.reconcile_ms
+        return parse_strays(self.held.run(lambda pipe: queue_reconcile(pipe, grace_ms)))
 
     def _republish(self, stray: Stray) -> str:
         """Send a lost job again at the head of its queue; its new task id, or ``""``."""
         queue = stray.queue or self.settings.queue
         message = queue_message(stray.job_id, queue, stray.batch or None)
         answer = self.held.run(
-            REPUBLISH,
-            [
-                keys.job(stray.job_id),
-                keys.result(stray.job_id),
-                keys.RUNNING,
-                keys.PENDING,
-                keys.PUSHES,
-            ],
-            [stray.job_id, stray.task_id, message.text, message.task_id, queue],
+            lambda pipe: queue_republish(pipe, stray, message.text, message.task_id, queue)
         )
-        return message.task_id if _text(answer) == "requeued" else ""
+        return message.task_id if as_text(answer) == "requeued" else ""
 
     def _publish_unpublished(self, stray: Stray, publish: Publish) -> bool:
         """Publish, through the other broker, a job whose submit died before publishing it."""
-        claimed = self.held.run(
-            CLAIM_UNPUBLISHED,
-            [keys.job(stray.job_id), keys.PENDING],
-            [stray.job_id, stray.publisher, self.owner],
-        )
+        claimed = self.held.run(lambda pipe: queue_claim_unpublished(pipe, stray, self.owner))
         if not claimed:
             return False
         publish(stray.job_id, stray.batch or None)
-        self.held.run(PUBLISHED, [keys.job(stray.job_id), keys.PENDING], [self.owner, stray.job_id])
+        self.held.run(lambda pipe: queue_published(pipe, [stray.job_id], self.owner))
         return True
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -55,7 +55,8 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
-from chalk_client import keys
+from chalk_client.cluster import keys
+from chalk_client.cluster.messages import HeldEntry
 from chalk_worker import deliveries
 from chalk_worker.deliveries import HeldMessages
 from chalk_worker.entries import check_envelope, check_task, job_of, why_dropped
@@ -198,7 +199,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         if raw is not None:
             held = self.channel.held_messages()
             if requeue:
-                entry = deliveries.HeldEntry.parse(raw)
+                entry = HeldEntry.parse(raw)
                 held.give_back(consumer, [entry], fresh=False)
             else:
                 held.ack(consumer, raw)

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from chalk_client import keys
+from chalk_client.cluster import keys
 from chalk_client.settings import ChalkSettings
 from chalk_worker.loop_redis import REDIS_FAILURES, LoopRedis, loop_redis
 

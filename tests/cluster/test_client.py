@@ -84,7 +84,7 @@ def test_concurrent_submissions_of_one_id_share_one_scoring(client, scorings):
 def test_a_redelivered_message_does_not_score_again(client, redis_url, scorings):
     job = ScoringJob(id="again", judge=logged(scorings, "again"))
     first = client.submit_and_wait(job, timeout=30)
-    from chalk_client.broker import redis_message
+    from chalk_client.cluster.messages import redis_message
 
     redis.Redis.from_url(redis_url).lpush("chalk", redis_message("again", "chalk"))
     time.sleep(1.0)
@@ -216,7 +216,7 @@ def test_the_async_client_has_the_same_verbs(redis_url, shared_worker):
 def test_the_message_the_client_writes_is_the_one_celery_would_send(own_redis_url):
     from celery import Celery
 
-    from chalk_client.broker import redis_message
+    from chalk_client.cluster.messages import redis_message
 
     celery = Celery("capture", broker=own_redis_url, set_as_current=False)
     celery.conf.task_serializer = "json"

@@ -32,6 +32,7 @@ from chalk_client import (
 )
 from chalk_client import broker as broker_module
 from chalk_client import client as client_module
+from chalk_client.cluster.keys import DONE_TTL_S
 from chalk_client.errors import (
     ConfigurationError,
     QueueUnavailableError,
@@ -39,7 +40,6 @@ from chalk_client.errors import (
     StoreRefusedError,
 )
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
-from chalk_client.keys import DONE_TTL_S
 from chalk_client.records import prepare_job
 from chalk_worker.leases import LeaseStore
 

@@ -24,7 +24,8 @@ import redis
 from processes import need, stop, wait_port
 from support import held_count
 
-from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob, keys
+from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
+from chalk_client.cluster import keys
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
 from chalk_client.records import prepare_job
 

@@ -7,7 +7,8 @@ import time
 
 import redis
 
-from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob, keys
+from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
+from chalk_client.cluster import keys
 from chalk_client.judges import AlwaysPassJudge
 from chalk_worker.leases import LeaseStore
 

@@ -26,7 +26,8 @@ import redis
 from processes import free_port, need, start_redis, stop
 from support import held_count
 
-from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob, keys
+from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
+from chalk_client.cluster import keys
 from chalk_client.jobs import JobResult
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
 from chalk_worker.consume import Resender, WorkerRuntime

@@ -17,7 +17,7 @@ from processes import free_port, need, start_redis, stop, wait_port
 from support import held_count
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
-from chalk_client.broker import redis_message
+from chalk_client.cluster.messages import redis_message
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
 
 

@@ -40,7 +40,8 @@ from typing import Any
 import pytest
 import redis
 
-from chalk_client import JobResult, JobStatus, ScoringJob, Submission, keys
+from chalk_client import JobResult, JobStatus, ScoringJob, Submission
+from chalk_client.cluster import keys
 from chalk_client.judges import CustomJudge, ExecutableJudge, RegexJudge
 from chalk_client.transcript import Message, Transcript
 

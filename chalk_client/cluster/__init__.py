@@ -1,0 +1,40 @@
+"""The Redis protocol that clients and workers share: keys, Lua scripts, builders, parsers.
+
+Every key (``keys``), every script with the builders that queue it and the
+parsers that read its reply (``submit``, ``leases``, ``delivery``,
+``reconcile``, ``purge``, ``rate``), the queue's message format (``messages``),
+the worker-presence record (``presence``), and the one way to run them
+(``script``: pipelines that reload forgotten scripts). The client's store and
+the worker's leases, deliveries, reconciler, presence and rate limiter are thin
+I/O shells over it.
+"""
+
+from chalk_client.cluster import keys
+from chalk_client.cluster.connection import connect, connect_async, redacted, shown_url
+from chalk_client.cluster.messages import TASK_NAME, QueueMessage, queue_message, task_queue
+from chalk_client.cluster.presence import WorkerPresence
+from chalk_client.cluster.script import (
+    SCRIPTS,
+    Pipeline,
+    Script,
+    run_pipeline,
+    run_pipeline_async,
+)
+
+__all__ = [
+    "SCRIPTS",
+    "TASK_NAME",
+    "Pipeline",
+    "QueueMessage",
+    "Script",
+    "WorkerPresence",
+    "connect",
+    "connect_async",
+    "keys",
+    "queue_message",
+    "redacted",
+    "run_pipeline",
+    "run_pipeline_async",
+    "shown_url",
+    "task_queue",
+]

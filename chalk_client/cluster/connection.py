@@ -1,0 +1,71 @@
+"""Connecting to the cluster's Redis, and naming it in messages without its password."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+
+from chalk_client.errors import ConfigurationError
+
+URL_FORMS = (
+    "redis://[[user]:password@]host:port/db (e.g. redis://127.0.0.1:6379/0), "
+    "rediss://... for TLS, or unix:///path/to/redis.sock?db=0"
+)
+"""What a valid Redis URL looks like, for error messages."""
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password hidden, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def shown_url(url: str) -> str:
+    """``url`` for a message: its password hidden, even if the URL is malformed."""
+    try:
+        return redacted(url)
+    except ValueError:
+        return "(a malformed URL)" if "@" in url else url
+
+
+def checked_url(url: str, connect: Callable[[str], Any]) -> Any:
+    """``connect(url)``; a URL it cannot parse raises ``ConfigurationError`` saying why."""
+    try:
+        return connect(url)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{shown_url(url)!r} is not a Redis URL ({exc}); give one like {URL_FORMS} "
+            "(CHALK_REDIS_URL, or ChalkClient(redis_url=...))"
+        ) from exc
+
+
+def connect(url: str) -> redis.Redis:
+    """A Redis client of the cluster (bytes in and out; no read timeout, for blocking pops).
+
+    Raises ``ConfigurationError`` for a URL that is not a Redis URL.
+    """
+    client: redis.Redis = checked_url(
+        url,
+        partial(redis.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
+    )
+    return client
+
+
+def connect_async(url: str) -> redis.asyncio.Redis:
+    """An asyncio Redis client of the cluster, as ``connect`` makes them."""
+    client: redis.asyncio.Redis = checked_url(
+        url,
+        partial(redis.asyncio.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
+    )
+    return client

@@ -1,0 +1,59 @@
+"""A worker's presence: the record each live worker keeps fresh under ``chalk:worker:NODE``.
+
+Workers write it (``chalk_worker.presence``) when ready and refresh it every
+half lease, with a TTL of two leases, so a dead worker drops out by itself;
+``chalk health`` and the client read it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ValidationError
+
+from chalk_client.cluster import keys
+from chalk_client.cluster.script import as_text
+
+
+class WorkerPresence(BaseModel):
+    """What a live worker says of itself in ``chalk:worker:NODE``."""
+
+    node: str
+    """Celery's node name, ``name@host``."""
+    host: str
+    pid: int
+    pool: str
+    """Celery's pool: ``threads`` (the default), ``prefork``, ..."""
+    concurrency: int
+    """Jobs the worker holds at once."""
+    queue: str
+    started: float
+    """When the worker started (Unix time, the worker's clock)."""
+    seen: float
+    """When it last refreshed this record (Unix time, the worker's clock)."""
+    version: str
+    """The chalk-queue version it runs."""
+    sandbox: list[str]
+    """Its sandbox layers, one line each, as ``detect_layers().report()`` words them."""
+    metrics_port: int | None = None
+    """Where it serves Prometheus metrics (``CHALK_METRICS_PORT``), if it does."""
+    running: int | None = None
+    """Jobs it is scoring now (known for the threads pool)."""
+
+
+def read_workers(client: redis.Redis) -> list[WorkerPresence]:
+    """Every live worker's presence, by node name (records that do not parse are skipped)."""
+    names = sorted(as_text(name) for name in client.scan_iter(keys.WORKER_PREFIX + "*", 500))
+    if not names:
+        return []
+    raws: Any = client.mget(names)
+    workers = []
+    for raw in raws:
+        if raw is None:
+            continue  # expired between the scan and the read
+        try:
+            workers.append(WorkerPresence.model_validate_json(raw))
+        except ValidationError:
+            continue
+    return workers

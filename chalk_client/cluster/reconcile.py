@@ -1,0 +1,175 @@
+"""The reconciler's scripts: find unfinished jobs without a message, and send them again.
+
+See ``chalk_worker.reconciler`` for how the reconciler uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chalk_client.cluster import keys
+from chalk_client.cluster.messages import PUSH_HEAD
+from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue_script
+
+RECONCILE = Script(
+    "reconcile",
+    """
+-- KEYS: pending, running, consumers
+-- ARGV: most jobs to look at, grace ms, job key prefix, result key prefix,
+--       watermark key prefix
+-- Looks at the unfinished jobs with no sign of life for a grace period. A job is fine
+-- when it has a result or no record (forgotten: it leaves the index), holds a live
+-- lease, was taken by a consumer that is registered, or waits in the queue; a fine
+-- job is looked at again later (one waiting in a long queue, less and less often).
+-- Returns the others as kind, id, task id, batch, publisher, queue:
+-- 'lost' (to send again) or 'unpublished' (a submit died before publishing it).
+"""
+    + NOW_MS
+    + """
+local grace = tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - grace,
+                       'LIMIT', 0, tonumber(ARGV[1]))
+local found = {}
+local function later(id, at) redis.call('ZADD', KEYS[1], at, id) end
+for _, id in ipairs(due) do
+  local record = ARGV[3] .. id
+  if redis.call('EXISTS', ARGV[4] .. id) == 1 or redis.call('EXISTS', record) == 0 then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    local deadline = redis.call('ZSCORE', KEYS[2], id)
+    local rec = redis.call('HMGET', record, 'task', 'pushed', 'seq', 'queue', 'received',
+                           'holder', 'unpublished', 'batch')
+    local task, pushed, seq, queue = rec[1] or '', tonumber(rec[2] or '0'), rec[3], rec[4]
+    local kind = nil
+    if deadline and tonumber(deadline) > now then
+      later(id, tonumber(deadline))
+    elseif deadline then
+      later(id, now)  -- an expired lease: the workers' reaper sends it again
+    elseif rec[7] then
+      kind = 'unpublished'
+    elseif rec[5] and rec[5] == task then
+      if redis.call('ZSCORE', KEYS[3], rec[6] or '') then
+        later(id, now)  -- its consumer is alive, or its messages are being given back
+      else
+        kind = 'lost'
+      end
+    elseif queue and ((seq and tonumber(seq) < tonumber(redis.call('GET', ARGV[5] .. queue) or '0'))
+                      or redis.call('LLEN', queue) == 0) then
+      kind = 'lost'
+    else
+      later(id, now + math.max(0, now - pushed - grace))  -- waiting in the queue
+    end
+    if kind then
+      found[#found + 1] = kind
+      found[#found + 1] = id
+      found[#found + 1] = task
+      found[#found + 1] = rec[8] or ''
+      found[#found + 1] = rec[7] or ''
+      found[#found + 1] = queue or ''
+      later(id, now)
+    end
+  end
+end
+return found
+""",
+)
+
+
+REPUBLISH = Script(
+    "republish",
+    """
+-- KEYS: job, result, running, pending, push counter
+-- ARGV: id, the task id the reconciler saw (or ''), message, its task id, default queue
+-- Sends again a job whose message was lost, unless something happened to it since.
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
+local rec = redis.call('HMGET', KEYS[1], 'task', 'queue')
+if (rec[1] or '') ~= ARGV[2] then return 'changed' end
+"""
+    + NOW_MS
+    + PUSH_HEAD
+    + """
+local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if deadline and tonumber(deadline) > now then return 'running' end
+push_head(KEYS[1], KEYS[4], KEYS[5], ARGV[1], rec[2] or ARGV[5], ARGV[3], ARGV[4], now)
+return 'requeued'
+""",
+)
+
+
+CLAIM_UNPUBLISHED = Script(
+    "claim-unpublished",
+    """
+-- KEYS: job, pending
+-- ARGV: id, the publishing submit the reconciler saw, new publisher
+-- The reconciler takes over the publish of a job whose submit died before publishing.
+if redis.call('HGET', KEYS[1], 'unpublished') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'unpublished', ARGV[3])
+"""
+    + NOW_MS
+    + """
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+return 1
+""",
+)
+
+
+PASS_LIMIT = 1000
+"""Most jobs one pass looks at."""
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A job the reconciler found without a message: ``lost``, or ``unpublished`` by a
+    submit that died (a separate broker); with its latest task id, batch, publisher and
+    queue (``""``: not a Redis list)."""
+
+    kind: str
+    job_id: str
+    task_id: str
+    batch: str
+    publisher: str
+    queue: str
+
+
+def queue_reconcile(pipe: Pipeline, grace_ms: int) -> None:
+    """Queue a look at the jobs without a sign of life for ``grace_ms`` (``parse_strays``)."""
+    queue_script(
+        pipe,
+        RECONCILE,
+        [keys.PENDING, keys.RUNNING, keys.CONSUMERS],
+        [PASS_LIMIT, grace_ms, keys.JOB_PREFIX, keys.RESULT_PREFIX, keys.TAKEN_PREFIX],
+    )
+
+
+def parse_strays(reply: Any) -> list[Stray]:
+    """The jobs without a message a reconcile script found."""
+    values = [as_text(value) for value in reply]
+    return [Stray(*values[i : i + 6]) for i in range(0, len(values), 6)]
+
+
+def queue_republish(pipe: Pipeline, stray: Stray, message: str, task_id: str, queue: str) -> None:
+    """Queue sending a lost job again, unless something happened to it since it was seen."""
+    queue_script(
+        pipe,
+        REPUBLISH,
+        [
+            keys.job(stray.job_id),
+            keys.result(stray.job_id),
+            keys.RUNNING,
+            keys.PENDING,
+            keys.PUSHES,
+        ],
+        [stray.job_id, stray.task_id, message, task_id, queue],
+    )
+
+
+def queue_claim_unpublished(pipe: Pipeline, stray: Stray, publisher: str) -> None:
+    """Queue taking over the publish of a job whose submit died before publishing it."""
+    queue_script(
+        pipe,
+        CLAIM_UNPUBLISHED,
+        [keys.job(stray.job_id), keys.PENDING],
+        [stray.job_id, stray.publisher, publisher],
+    )

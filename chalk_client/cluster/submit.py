@@ -1,0 +1,361 @@
+"""Submitting and watching jobs: the client's scripts, command builders and reply parsers.
+
+Submitting records a job and pushes its message in one script, so that a job
+is queued or not, never half. With a separate broker the client publishes the
+message itself and says so (``PUBLISHED``), or gives the record back after a
+failed publish (``RELEASE``). A waiter registers on the jobs it waits for
+(``WATCH``): the worker that finishes one pushes its id to the waiter's list.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chalk_client.cluster import keys
+from chalk_client.cluster.script import Pipeline, Script, as_text, queue_script
+from chalk_client.records import PreparedJob
+from chalk_client.settings import ChalkSettings
+
+CHUNK = 500
+"""Jobs per pipeline when submitting; bounds the memory of one round trip."""
+
+SUBMIT = Script(
+    "submit",
+    """
+-- KEYS: job, result, watchers, broker queue, owner, pending, push counter
+-- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
+--       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself),
+--       the message's task id, batch id (or '')
+-- A recorded job is 'duplicate', unless its publish never went through (an
+-- 'unpublished' record: that submit failed or died); then this caller sends it.
+local ttl = tonumber(ARGV[4])
+local publishes = ARGV[8] == '1'
+local function enqueue()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if ARGV[6] ~= '' then
+    redis.call('LPUSH', KEYS[4], ARGV[6])
+    local seq = redis.call('INCR', KEYS[7])
+    redis.call('HSET', KEYS[1], 'task', ARGV[9], 'pushed', now, 'seq', seq, 'head', '0')
+    redis.call('HDEL', KEYS[1], 'received', 'holder')
+  end
+  redis.call('ZADD', KEYS[6], now, ARGV[1])
+end
+local function record()
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3],
+             'submitted', redis.call('TIME')[1], 'submitter', ARGV[5], 'batch', ARGV[10])
+  -- The queue is named only when it is a list of this Redis (not another broker's).
+  if publishes then
+    redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
+  else
+    redis.call('HSET', KEYS[1], 'queue', KEYS[4])
+  end
+  redis.call('EXPIRE', KEYS[1], ttl)
+  enqueue()
+end
+local function watch()
+  redis.call('SADD', KEYS[3], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+-- Registered first, whatever the answer: a finished job may be retried by someone
+-- else (retry_failed) and its next result must wake this waiter too. SADD is also
+-- the first write, one that needs memory: a full Redis refuses the script whole.
+watch()
+local found = redis.call('GET', KEYS[2])
+if found then
+  if ARGV[7] == '1' and cjson.decode(found)['status'] == 'failed' then
+    redis.call('DEL', KEYS[2])
+    record()
+    return 'requeued'
+  end
+  return 'done'
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local unpublished = redis.call('HGET', KEYS[1], 'unpublished')
+  if unpublished and (publishes or ARGV[6] ~= '') then
+    if redis.call('EXISTS', KEYS[5]) == 1 then
+      redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
+      return 'duplicate'
+    end
+    if publishes then
+      redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
+    else
+      redis.call('HDEL', KEYS[1], 'unpublished')
+    end
+    enqueue()
+    return 'queued'
+  end
+  return 'duplicate'
+end
+record()
+return 'queued'
+""",
+)
+
+
+PUBLISHED = Script(
+    "published",
+    """
+-- KEYS: job, pending
+-- ARGV: waiter, id
+-- The submit whose waiter this is published the job's message: the record is complete,
+-- and the broker (not the reconciler) looks after the message from now on.
+local unpublished = redis.call('HGET', KEYS[1], 'unpublished')
+if unpublished == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'unpublished')
+end
+if unpublished == ARGV[1] or not unpublished then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+end
+return 1
+""",
+)
+
+
+RELEASE = Script(
+    "release",
+    """
+-- KEYS: job, result, watchers, owner, pending
+-- ARGV: waiter, id
+-- After a failed publish: 'released' (the record this submit made is deleted, so the
+-- next submit records and sends the job), 'unpublished' (another submit took the job
+-- over and may have failed too: the next submit sends it) or 'queued' (a publish went
+-- through, or a worker started the job: its message was delivered after all).
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'queued' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'released' end
+local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter')
+if not rec[1] then return 'queued' end
+if redis.call('EXISTS', KEYS[4]) == 1 then return 'queued' end
+if rec[1] == ARGV[1] and rec[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[2])
+  return 'released'
+end
+return 'unpublished'
+""",
+)
+
+
+WATCH = Script(
+    "watch",
+    """
+-- KEYS: result, job, watchers
+-- ARGV: id, waiter, ttl
+-- A finished job is 'done' (the waiter reads its result); nothing is pushed for it,
+-- but the waiter is registered where Redis has room: if someone retries the job
+-- (retry_failed) before the waiter reads the result, the next result wakes it.
+local done = redis.call('EXISTS', KEYS[1]) == 1
+if not done and redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
+if done then
+  redis.pcall('SADD', KEYS[3], ARGV[2])
+  redis.pcall('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+  return 'done'
+end
+redis.call('SADD', KEYS[3], ARGV[2])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+return 'waiting'
+""",
+)
+
+
+def chunks(items: Sequence[PreparedJob], size: int = CHUNK) -> Iterator[Sequence[PreparedJob]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def distinct_blobs(jobs: Sequence[PreparedJob]) -> dict[str, bytes]:
+    """Each distinct submission archive of ``jobs``, by digest."""
+    return {job.digest: job.archive for job in jobs if job.archive is not None}
+
+
+def queue_submit(
+    pipe: Pipeline,
+    job: PreparedJob,
+    settings: ChalkSettings,
+    *,
+    waiter: str,
+    message: tuple[str, str] | None,
+    retry_failed: bool,
+    publishes: bool = False,
+    batch_id: str | None = None,
+) -> None:
+    """Queue the submit script of one job: claim the id, record, enqueue, register the waiter.
+
+    ``message`` is the job's queue message and its task id (a Redis broker).
+    ``publishes``: the caller sends the message itself (a separate broker), so
+    the record stays ``unpublished`` until ``queue_published`` says it went.
+    """
+    text, task_id = message or ("", "")
+    queue_script(
+        pipe,
+        SUBMIT,
+        [
+            keys.job(job.job_id),
+            keys.result(job.job_id),
+            keys.watchers(job.job_id),
+            settings.queue,
+            keys.owner(job.job_id),
+            keys.PENDING,
+            keys.PUSHES,
+        ],
+        [
+            job.job_id,
+            job.record,
+            job.digest,
+            settings.job_ttl_s,
+            waiter,
+            text,
+            "1" if retry_failed else "0",
+            "1" if publishes else "0",
+            task_id,
+            batch_id or "",
+        ],
+    )
+
+
+def queue_published(pipe: Pipeline, job_ids: Sequence[str], waiter: str) -> None:
+    """Queue, per job, the note that this submit's publish of its message went through."""
+    for job_id in job_ids:
+        queue_script(pipe, PUBLISHED, [keys.job(job_id), keys.PENDING], [waiter, job_id])
+
+
+def queue_release(pipe: Pipeline, job_ids: Sequence[str], waiter: str) -> None:
+    """Queue, per job whose publish failed, the release of the record this submit made."""
+    for job_id in job_ids:
+        queue_script(
+            pipe,
+            RELEASE,
+            [
+                keys.job(job_id),
+                keys.result(job_id),
+                keys.watchers(job_id),
+                keys.owner(job_id),
+                keys.PENDING,
+            ],
+            [waiter, job_id],
+        )
+
+
+def queue_blob_refresh(pipe: Pipeline, digests: Sequence[str], settings: ChalkSettings) -> None:
+    """Queue an ``EXPIRE`` per archive: a reply of 0 means it must be written again."""
+    for digest in digests:
+        pipe.expire(keys.blob(digest), settings.blob_ttl_s)
+
+
+def queue_watches(
+    pipe: Pipeline, job_ids: Sequence[str], waiter: str, settings: ChalkSettings
+) -> None:
+    """Queue ``queue_watch`` for each job."""
+    for job_id in job_ids:
+        queue_watch(pipe, job_id, waiter, settings)
+
+
+def queue_submit_chunk(
+    pipe: Pipeline,
+    chunk: Sequence[PreparedJob],
+    blobs: dict[str, bytes],
+    settings: ChalkSettings,
+    waiter: str,
+    messages: Callable[[str], tuple[str, str]] | None,
+    retry_failed: bool,
+    batch_id: str | None = None,
+) -> None:
+    """Queue the archives to write (before any job naming them), then each job's submit.
+
+    With ``messages`` (a Redis broker: each job's message and its task id) each
+    script enqueues its job's message; without, the caller publishes the fresh
+    jobs itself.
+    """
+    for digest, archive in blobs.items():
+        pipe.set(keys.blob(digest), archive, ex=settings.blob_ttl_s)
+    for job in chunk:
+        queue_submit(
+            pipe,
+            job,
+            settings,
+            waiter=waiter,
+            message=None if messages is None else messages(job.job_id),
+            retry_failed=retry_failed,
+            publishes=messages is None,
+            batch_id=batch_id,
+        )
+
+
+def plan_chunks(
+    jobs: Sequence[PreparedJob], blobs: dict[str, bytes], missing: set[str]
+) -> Iterator[tuple[Sequence[PreparedJob], dict[str, bytes]]]:
+    """Each chunk of ``jobs`` with the archives it must write first (each written once)."""
+    for chunk in chunks(jobs):
+        writes = {job.digest: blobs[job.digest] for job in chunk if job.digest in missing}
+        missing -= writes.keys()
+        yield chunk, writes
+
+
+def queue_watch(pipe: Pipeline, job_id: str, waiter: str, settings: ChalkSettings) -> None:
+    """Queue the watch script: the waiter hears of the job when it finishes (or now, if it has)."""
+    queue_script(
+        pipe,
+        WATCH,
+        [keys.result(job_id), keys.job(job_id), keys.watchers(job_id)],
+        [job_id, waiter, settings.result_ttl_s],
+    )
+
+
+def queue_batch_index(
+    pipe: Pipeline, batch_id: str, job_ids: Sequence[str], settings: ChalkSettings
+) -> None:
+    """Queue the batch's ordered id list and its entry among the recent batches."""
+    if not job_ids:
+        return
+    for start in range(0, len(job_ids), CHUNK * 10):
+        pipe.rpush(keys.batch(batch_id), *job_ids[start : start + CHUNK * 10])
+    pipe.expire(keys.batch(batch_id), settings.result_ttl_s)
+    pipe.zadd(keys.BATCHES, {batch_id: time.time()})
+    pipe.zremrangebyrank(keys.BATCHES, 0, -keys.RECENT_BATCHES_KEPT - 1)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where an unfinished job is: recorded (else unknown or expired), leased, tried."""
+
+    recorded: bool
+    running: bool
+    attempts: int
+
+
+def queue_states(pipe: Pipeline, job_ids: Sequence[str]) -> None:
+    """Queue, per job, the three reads ``parse_states`` turns into a ``JobState``."""
+    for job_id in job_ids:
+        pipe.exists(keys.job(job_id))
+        pipe.zscore(keys.RUNNING, job_id)
+        pipe.get(keys.attempts(job_id))
+
+
+def parse_states(replies: Sequence[Any]) -> list[JobState]:
+    """The ``JobState`` of each job from the replies of ``queue_states``."""
+    return [
+        JobState(bool(replies[i]), replies[i + 1] is not None, int(replies[i + 2] or 0))
+        for i in range(0, len(replies), 3)
+    ]
+
+
+def chunk_replies(
+    chunk: Sequence[PreparedJob], writes: dict[str, bytes], replies: Sequence[Any]
+) -> list[str | Exception]:
+    """Each job's submit reply (text or error); a job whose archive could not be written
+    gets that error, whatever its own reply."""
+    failed = {
+        digest: reply
+        for digest, reply in zip(writes, replies, strict=False)
+        if isinstance(reply, Exception)
+    }
+    return [
+        failed.get(job.digest, reply if isinstance(reply, Exception) else as_text(reply))
+        for job, reply in zip(chunk, replies[len(writes) :], strict=True)
+    ]
