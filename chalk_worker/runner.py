@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from chalk_client.errors import JudgeError, StudentMisbehaviorError
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
 from chalk_worker.llm import close_llm_clients
@@ -125,7 +125,7 @@ async def _score_steps(
         )
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
-        return [Scoring.fail("misbehavior", str(exc))], timings
+        return [Scoring.fail("misbehavior", str(exc), cause=ZeroCause.MISBEHAVIOR)], timings
     timings["collect"] = time.perf_counter() - started
     started = time.perf_counter()
     llm_budget = LLMBudget(settings.rubric_deadline_s)
@@ -143,7 +143,7 @@ async def _score_steps(
         try:
             scoring = await evaluate(step.judge, context)
         except StudentMisbehaviorError as exc:
-            scoring = Scoring.fail("misbehavior", str(exc))
+            scoring = Scoring.fail("misbehavior", str(exc), cause=ZeroCause.MISBEHAVIOR)
         steps.append(scoring)
         if not scoring.continue_task:
             break

@@ -30,7 +30,7 @@ import time
 
 from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
 from chalk_worker import metrics
 from chalk_worker.contexts import render_contexts
@@ -129,4 +129,9 @@ async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: flo
     metadata["rubric_cached"] = str(sum(v.cached for v in verdicts.values()))
     metadata[PROMPT_TOKENS] = str(sum(v.prompt_tokens for v in verdicts.values()))
     metadata[COMPLETION_TOKENS] = str(sum(v.completion_tokens for v in verdicts.values()))
-    return Scoring(score=score, metadata=metadata, continue_task=score >= judge.continue_threshold)
+    return Scoring(
+        score=score,
+        metadata=metadata,
+        continue_task=score >= judge.continue_threshold,
+        cause=ZeroCause.UNMET_CRITERIA if score == 0 else None,
+    )

@@ -84,7 +84,9 @@ def test_rerun_skips_scored_ids_and_retries_failures(tmp_path):
         handle.write('{"job_id": "torn li')  # an interrupted run leaves half a line
     second = chalk("score", str(rollouts), "--out", str(out))
     assert "Skipped 2 jobs already scored" in second.stderr
-    assert "Scored 1 jobs" in second.stderr  # only the failed one again
+    assert "Scored 1 job: 0 succeeded, 1 failed." in second.stderr  # only the failed one again
+    # ... and the totals of the whole output file, earlier runs included:
+    assert "(all runs): 3 jobs, 2 succeeded, 1 failed; mean score 1.0000" in second.stderr
     lines = out.read_text().splitlines()
     # Only the torn line went; the earlier failure stays, followed by the new result.
     assert [JobResult.model_validate_json(x).job_id for x in lines][-1] == "broken"
@@ -116,9 +118,23 @@ def test_invalid_lines_are_reported_and_nothing_is_scored(tmp_path):
     run = chalk("score", str(rollouts), "--out", str(out))
     assert run.returncode == 2
     assert f"{rollouts}:2: invalid job" in run.stderr and f"{rollouts}:3: invalid job" in run.stderr
+    # A line without a judge is told about --judge.
+    assert "--judge JUDGE.json" in run.stderr.splitlines()[1]
     assert not out.exists() or out.read_text() == ""
     run = chalk("score", str(rollouts), "--out", str(out), "--skip-invalid")
-    assert run.returncode == 0 and list(read_results(out)) == ["good"]
+    assert run.returncode == 0, run.stderr
+    assert "Skipped 2 invalid line(s)" in run.stderr
+    # The skipped lines leave a trace in --out: a failed result each, saying why.
+    results = read_results(out)
+    assert results["good"].status is JobStatus.SUCCEEDED
+    assert results["nojudge"].status is JobStatus.FAILED
+    assert "line 3 of" in results["nojudge"].error and "--judge" in results["nojudge"].error
+    (unreadable,) = [r for job_id, r in results.items() if job_id.startswith("sha256-")]
+    assert "line 2 of" in unreadable.error and "not valid JSON" in unreadable.error
+    lines = out.read_text().splitlines()
+    # Run again: the traces are there already, nothing is added.
+    run = chalk("score", str(rollouts), "--out", str(out), "--skip-invalid")
+    assert run.returncode == 0 and out.read_text().splitlines() == lines
 
 
 def test_missing_files_are_clear_errors(tmp_path):

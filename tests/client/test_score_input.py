@@ -11,18 +11,19 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 
 from chalk_client import JobResult, JobStatus, ScoringJob, cli, cluster_cli
 from chalk_client.errors import ConfigurationError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
-from chalk_client.progress import ProgressBar, Tally
+from chalk_client.progress import ResultSink
 from chalk_client.records import prepare_job
 from chalk_client.rollouts import stable_id
 
 Run = Callable[..., tuple[int, str, str]]
+
 SAID_HI = {"transcript": {"messages": [{"role": "assistant", "content": "hi"}]}}
 
 
@@ -152,7 +153,7 @@ def test_resume_drops_only_a_torn_last_line_and_keeps_earlier_failures(chalk, tm
     complete = results.read_bytes()
     results.write_bytes(complete + '{"job_id":"broken","status":"succ\xe9'.encode()[:-1])
     code, _, err = chalk("score", rollouts, "--out", results)
-    assert code == 1 and "Skipped 1 jobs already scored" in err
+    assert code == 1 and "Skipped 1 job already scored" in err
     assert results.read_bytes().startswith(complete)  # nothing written before was removed
     assert [(r.job_id, r.status) for r in results_of(results)][-1] == ("broken", JobStatus.FAILED)
     assert len(results_of(results)) == 3
@@ -234,7 +235,10 @@ def test_invalid_utf8_is_a_bad_line_with_its_number(chalk, tmp_path, judge):
     assert f"{rollouts}:2: invalid job: not UTF-8 text (byte 0xff" in err
     code, out, _ = chalk("score", rollouts, "--judge", judge, "--skip-invalid")
     assert code == 0
-    assert sorted(JobResult.model_validate_json(x).job_id for x in out.splitlines()) == ["a", "c"]
+    results = {r.job_id: r for r in map(JobResult.model_validate_json, out.splitlines())}
+    assert sorted(results) == ["a", "b", "c"]  # the bad line keeps its id in its trace
+    skipped = [r for r in results.values() if r.status is JobStatus.FAILED]
+    assert len(skipped) == 1 and "line 2 of" in (skipped[0].error or "")
 
 
 @pytest.mark.parametrize(
@@ -253,9 +257,13 @@ def test_nan_and_infinity_make_a_bad_line_with_its_number(chalk, tmp_path, judge
     assert code == 2 and out == ""
     assert f"{rollouts}:2: invalid job: not valid JSON:" in err and "finite" in err
     code, out, _ = chalk("score", rollouts, "--judge", judge, "--skip-invalid")
-    assert code == 0 and [JobResult.model_validate_json(x).job_id for x in out.splitlines()] == [
-        "a"
+    results = [JobResult.model_validate_json(x) for x in out.splitlines()]
+    # The skipped line is in the output as a failed result under its own id, saying why.
+    assert code == 0 and [(r.job_id, r.status) for r in results] == [
+        ("n", JobStatus.FAILED),
+        ("a", JobStatus.SUCCEEDED),
     ]
+    assert "line 2 of" in (results[0].error or "") and "--skip-invalid" in (results[0].error or "")
 
 
 def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
@@ -263,13 +271,11 @@ def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
 ):
     sent: list[ScoringJob] = []
 
-    def fake_cluster(jobs: Iterable[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar):
+    def fake_cluster(jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool) -> None:
         for job in jobs:
             prepare_job(job)  # what ChalkClient.submit_batch does first: it must not refuse
             sent.append(job)
-            result = JobResult(job_id=job.id or "", status=JobStatus.SUCCEEDED)
-            out.write(result.model_dump_json() + "\n")
-            tally.add(result)
+            sink.write(JobResult(job_id=job.id or "", status=JobStatus.SUCCEEDED))
 
     monkeypatch.setenv("CHALK_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setattr(cli, "score_on_cluster", fake_cluster)
