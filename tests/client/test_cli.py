@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_scores_the_example_rollouts(tmp_path):
     assert {job_id: r.score for job_id, r in results.items()} == {
         "rollout-001": 1.0,
         "rollout-002": 0.0,
-        "rollout-003": 0.0,  # never wrote answer.txt: the script crashes, the step scores 0
+        "rollout-003": 0.0,  # never wrote answer.txt: the script says so, the step scores 0
         "rollout-004": 1.0,
     }
     assert all(r.status is JobStatus.SUCCEEDED for r in results.values())
@@ -61,6 +62,50 @@ def test_scores_the_example_rollouts(tmp_path):
     assert results["rollout-001"].metadata["policy"] == "baseline"
     assert "Scored 4 jobs: 4 succeeded, 0 failed." in run.stderr
     assert "Mean score: 0.5000" in run.stderr
+    assert "Zeros by cause: 2 script_zero" in run.stderr and "WARNING" not in run.stderr
+
+
+def test_a_typo_in_the_judge_is_told_apart_from_student_zeros(tmp_path):
+    judge = json.loads((EXAMPLE / "judge.json").read_text())
+    judge["command"][2] = "tasks.example_task.scoring_scrpt"  # the typo
+    typo = tmp_path / "judge.json"
+    typo.write_text(json.dumps(judge))
+    rollouts = EXAMPLE / "rollouts.jsonl"
+    out = tmp_path / "results.jsonl"
+    run = chalk("score", str(rollouts), "--judge", str(typo), "--out", str(out))
+    # The three lines that take --judge: the reference's verdict stands (succeeded, score 0,
+    # the reason in the metadata) ...
+    results = read_results(out)
+    typoed = [results[f"rollout-00{n}"] for n in (1, 2, 3)]
+    assert all(r.status is JobStatus.SUCCEEDED and r.score == 0 for r in typoed)
+    assert all("exited with status 1" in r.scoring.metadata["error"] for r in typoed)
+    # ... but each zero carries its cause, and the summary warns with the first message.
+    assert all(r.cause == "grader_error" and r.grader_error for r in typoed)
+    assert results["rollout-004"].score == 1 and results["rollout-004"].cause is None
+    assert run.returncode == 0
+    assert "Zeros by cause: 3 grader_error" in run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "WARNING: " in line]
+    assert warnings and "because the grader failed" in warnings[-1]
+    assert "First, rollout-00" in warnings[-1] and "exited with status 1" in warnings[-1]
+    # At once too, not only in the summary: the first warning comes before the summary.
+    assert run.stderr.index("WARNING") < run.stderr.index("Scored 4 jobs")
+    # --strict makes it an error (the jobs are scored again under another id: a new judge).
+    strict = chalk("score", str(rollouts), "--judge", str(typo), "--rescore", "--strict")
+    assert strict.returncode == 1 and "3 grader_error" in strict.stderr
+    fine = chalk("score", str(rollouts), "--judge", str(EXAMPLE / "judge.json"), "--strict")
+    assert fine.returncode == 0, fine.stderr
+
+
+def test_one_job_is_one_job(tmp_path):
+    rollouts = write_jobs(tmp_path / "r.jsonl", [ScoringJob(id="only", judge=AlwaysPassJudge())])
+    run = chalk("score", str(rollouts))
+    assert "Scored 1 job: 1 succeeded, 0 failed." in run.stderr, run.stderr
+
+
+def test_chalk_version():
+    run = chalk("--version")
+    assert run.returncode == 0
+    assert re.fullmatch(r"chalk \d+\.\d+\.\d+\S*\n", run.stdout), run.stdout
 
 
 def test_rerun_skips_scored_ids_and_retries_failures(tmp_path):

@@ -399,3 +399,70 @@ def test_a_malformed_redis_url_is_a_one_line_error(chalk, rollouts, judge, monke
     code, _, err = chalk(*args)
     line = one_line(err)
     assert code == 2 and line.startswith(f"chalk {command}: ") and "secret" not in line
+
+
+# choosing what to score: --limit, --only, --rescore
+
+
+@pytest.fixture
+def five(tmp_path: Path) -> Path:
+    """Five jobs, ids j1..j5, each saying its own number."""
+    lines = [
+        {"id": f"j{n}", "transcript": {"messages": [{"role": "assistant", "content": f"n={n}"}]}}
+        for n in range(1, 6)
+    ]
+    return write_lines(tmp_path / "five.jsonl", lines)
+
+
+def ids_of(path: Path) -> list[str]:
+    return [result.job_id for result in results_of(path)]
+
+
+def test_limit_scores_the_next_n_jobs_still_to_score(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--limit", "2")
+    assert code == 0 and sorted(ids_of(out)) == ["j1", "j2"]
+    assert "Scored 2 jobs" in err
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--limit", "2")
+    assert code == 0 and sorted(ids_of(out)) == ["j1", "j2", "j3", "j4"]
+    assert "Skipped 2 jobs already scored" in err
+    code, _, _ = chalk("score", five, "--judge", judge, "--out", out, "--limit", "0")
+    assert code == 2  # at least 1
+
+
+def test_only_scores_the_jobs_named(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    code, _, _ = chalk(
+        "score", five, "--judge", judge, "--out", out, "--only", "j4,j2", "--only", "j5"
+    )
+    assert code == 0 and sorted(ids_of(out)) == ["j2", "j4", "j5"]
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,nope,j9")
+    assert code == 2 and sorted(ids_of(out)) == ["j2", "j4", "j5"]  # nothing scored
+    assert "--only names 2 id(s)" in err and "j9" in err and "nope" in err
+
+
+def test_rescore_scores_again_what_out_holds_and_appends(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,j2")[0] == 0
+    before = out.read_text()
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,j2")
+    assert code == 0 and out.read_text() == before  # skipped, and the summary says how to redo
+    assert "Skipped 2 jobs already scored" in err and "--rescore" in err
+    code, _, err = chalk(
+        "score", five, "--judge", judge, "--out", out, "--only", "j1,j2", "--rescore"
+    )
+    assert code == 0 and "Scored 2 jobs" in err
+    assert out.read_text().startswith(before) and sorted(ids_of(out)) == ["j1", "j1", "j2", "j2"]
+    assert "(all runs): 2 jobs, 2 succeeded" in err  # the last line per id counts once
+
+
+def test_the_progress_line_counts_grader_errors():
+    from chalk_client.progress import Tally
+    from chalk_client.scoring import Scoring, ZeroCause
+
+    tally = Tally(total=3)
+    crash = Scoring.fail("error", "the script exited with status 1", cause=ZeroCause.GRADER_ERROR)
+    tally.add(JobResult(job_id="x", status=JobStatus.SUCCEEDED, scoring=crash, steps=[crash]))
+    tally.add(JobResult(job_id="y", status=JobStatus.SUCCEEDED, scoring=Scoring(score=1)))
+    assert tally.line().startswith("2/3 scored, 0 failed, 1 grader error, mean score 0.500")
+    assert tally.first_grader_error == ("x", "the script exited with status 1")
