@@ -26,7 +26,7 @@ def histogram_svg(bins: Sequence[Bin], *, width: int = 680, height: int = 240) -
     left, right, top, bottom = 44, 8, 16, 56
     plot_w, plot_h = width - left - right, height - top - bottom
     tallest = max(b.count for b in bins) or 1
-    slot = plot_w / len(bins)
+    slot = min(plot_w / len(bins), 120.0)
     gap = min(slot * 0.15, 6)
     parts = [
         f'<svg class="chart histogram" viewBox="0 0 {width} {height}" width="{width}" '

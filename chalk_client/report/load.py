@@ -51,8 +51,7 @@ def read_results_file(path: str | os.PathLike[str]) -> Results:
                         f"{path}:{number} is not a result of chalk score; give chalk report "
                         "the --out file of chalk score (one JobResult as JSON per line)"
                     ) from None
-                results.pop(result.job_id, None)  # the last line wins, in its first place
-                results[result.job_id] = result
+                results[result.job_id] = result  # the last line wins, in the first's place
     except FileNotFoundError:
         raise ConfigurationError(
             f"no results file at {path}; give the --out file of chalk score, or --batch ID"
