@@ -51,6 +51,12 @@ class WorkerPresence(BaseModel):
     """Where it serves Prometheus metrics (``CHALK_METRICS_PORT``), if it does."""
     running: int | None = None
     """Jobs it is scoring now (known for the threads pool)."""
+    llm_server: str | None = None
+    """The OpenAI-compatible server its rubric judges ask (a password in it hidden)."""
+    llm_model: str | None = None
+    """The model of its rubric judges that name none (``CHALK_RUBRIC_MODEL``)."""
+    llm_key: bool | None = None
+    """Whether it has an API key for that server; the key itself is never published."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,11 @@ class HealthReport:
             f"    {worker.node} (pid {worker.pid}, chalk-queue {worker.version}): "
             f"{worker.pool} x{worker.concurrency}{running}, up {up}, seen {seen} ago{metrics}"
         )
-        return [head, *(f"      {line}" for line in worker.sandbox)]
+        lines = [head, *(f"      {line}" for line in worker.sandbox)]
+        if worker.llm_server is not None:
+            key = "API key set" if worker.llm_key else "no API key"
+            lines.append(f"      LLM: {worker.llm_server}, model {worker.llm_model} ({key})")
+        return lines
 
 
 def read_workers(client: redis.Redis) -> list[WorkerPresence]:

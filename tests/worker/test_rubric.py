@@ -160,6 +160,9 @@ def test_an_unreachable_server_fails_the_job_with_the_reason():
     result = grade(settings_for(url, llm_max_retries=1), rubric("a"))
     assert result.status is JobStatus.FAILED
     assert "could not be reached" in result.error and url in result.error
+    # Whose settings these are: the scoring process's, not the client's.
+    assert "are read by the process that scores the job" in result.error
+    assert "set them where the workers run" in result.error and "chalk health" in result.error
 
 
 def test_an_unreachable_server_fails_within_the_deadline():
