@@ -11,6 +11,13 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 
+from chalk_client.celery_args import (
+    ROOT_NOTE,
+    WORKER_PREFACE,
+    flower_args,
+    flower_help,
+    wants_help,
+)
 from chalk_client.client import ChalkClient
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.ops_cli import eta_line
@@ -75,15 +82,31 @@ def worker_argv(args: Sequence[str]) -> list[str]:
 
 
 def run_worker(args: Sequence[str]) -> int:
-    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly)."""
+    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly).
+
+    ``--help`` says what Chalk adds, then shows Celery's help; it needs no cluster.
+    """
+    if wants_help(args):
+        print(WORKER_PREFACE, flush=True)
+        argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "--help"]
+        os.execv(argv[0], argv)
     if not _need_cluster("worker"):
         return 2
+    if os.geteuid() == 0:
+        print(ROOT_NOTE, file=sys.stderr, flush=True)
     argv = worker_argv(args)
     os.execv(argv[0], argv)
 
 
 def run_flower(args: Sequence[str]) -> int:
-    """Replace this process by Flower, watching the cluster's workers."""
+    """Replace this process by Flower, watching the cluster's workers.
+
+    ``--help`` lists what Chalk adds and Flower's options; it needs no cluster.
+    """
+    if wants_help(args):
+        print(flower_help(flower_defaults(args)))
+        return 0
+    given = flower_args(args)
     if not _need_cluster("flower"):
         return 2
     argv = [
@@ -93,8 +116,8 @@ def run_flower(args: Sequence[str]) -> int:
         "-A",
         CELERY_APP,
         "flower",
-        *flower_defaults(args),
-        *args,
+        *flower_defaults(given),
+        *given,
     ]
     os.execv(argv[0], argv)
 

@@ -201,3 +201,38 @@ def test_chalk_worker_defaults_give_way_to_celery_flags():
     assert "--concurrency" not in prefork  # Celery's own default for that pool
     fewer = worker_argv(["-c", "8", "-l", "debug"])
     assert "64" not in fewer and fewer.count("--loglevel") == 0 and fewer[-2:] == ["-l", "debug"]
+
+
+def test_worker_and_flower_help_need_no_cluster_and_say_what_chalk_adds():
+    worker = chalk("worker", "--help")
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.startswith("chalk worker: Celery's worker, for Chalk's app")
+    assert "--pool threads, --concurrency 64" in worker.stdout
+    assert "scripts never run as root" in worker.stdout
+    assert "Celery's own help follows." in worker.stdout and "--concurrency" in worker.stdout
+    assert "-n, --hostname" in worker.stdout  # Celery's own help, after Chalk's words
+    flower = chalk("flower", "--help")
+    assert flower.returncode == 0, flower.stderr
+    assert "--purge_offline_workers=600" in flower.stdout and "--port 5555" in flower.stdout
+    assert "--basic-auth" in flower.stdout and "--max-tasks" in flower.stdout  # Flower's own
+
+
+def test_flower_takes_its_options_with_a_space_or_an_equals_sign():
+    from chalk_client.celery_args import flower_args
+
+    assert flower_args(
+        ["--port", "5555", "--address=127.0.0.1", "--debug", "--url_prefix", "f"]
+    ) == [
+        "--port=5555",
+        "--address=127.0.0.1",
+        "--debug",
+        "--url_prefix=f",
+    ]
+    for args, message in (
+        (["--prot", "5555"], "--prot is not a Flower option; see chalk flower --help"),
+        (["--port"], "--port needs a value, e.g. --port=VALUE"),
+        (["5555"], "'5555' is not one"),
+    ):
+        run = chalk("flower", *args)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
