@@ -205,6 +205,13 @@ def test_unknown_custom_judge_fails_the_job_naming_it(score):
     result = score(judge=CustomJudge("no_such_judge"))
     assert result.status is JobStatus.FAILED and result.scoring is None
     assert "no_such_judge" in result.error
+    # Where the worker looked: the modules it imported, and the rule it follows.
+    assert "This worker imported" in result.error
+    assert (
+        "tasks.example_task.judges" in result.error
+        and "tasks.python_function.checks" in result.error
+    )
+    assert "every module that calls register_judge or register_context" in result.error
 
 
 def test_custom_judge_with_wrong_params_fails_the_job(score):
