@@ -134,7 +134,8 @@ class JobResult(BaseModel):
     attempts: int = 0
     """How many times a worker started on this job."""
     timings: dict[str, float] = Field(default_factory=dict)
-    """Seconds spent: ``collect``, ``judge`` and ``total``."""
+    """Seconds spent: ``collect`` (unpacking), ``judge`` (of which ``sandbox_wait``, the wait
+    for a free sandbox slot, present when a scoring script ran) and ``total``."""
     worker: str | None = None
     """Which worker scored it."""
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -26,7 +26,7 @@ from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
-from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
+from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.llm import close_llm_clients
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
@@ -129,6 +129,7 @@ async def _score_steps(
     timings["collect"] = time.perf_counter() - started
     started = time.perf_counter()
     llm_budget = LLMBudget(settings.rubric_deadline_s)
+    waits = JudgeWaits()
     steps: list[Scoring] = []
     for step in job.scored_steps():
         context = JudgeContext(
@@ -139,6 +140,7 @@ async def _score_steps(
             limits=limits,
             settings=settings,
             llm_budget=llm_budget,
+            waits=waits,
         )
         try:
             scoring = await evaluate(step.judge, context)
@@ -148,6 +150,8 @@ async def _score_steps(
         if not scoring.continue_task:
             break
     timings["judge"] = time.perf_counter() - started
+    if waits.sandbox_runs:
+        timings["sandbox_wait"] = waits.sandbox_s  # a part of "judge"
     return steps, timings
 
 

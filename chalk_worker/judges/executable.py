@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -263,5 +264,13 @@ async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> 
             "the command uses {submission} but the step has no submission file",
             cause=GRADER_ERROR,
         )
+    queued = time.perf_counter()
+
+    def run() -> Scoring:
+        if context.waits is not None:  # a slot is free: the wait for one ends here
+            context.waits.sandbox_s += time.perf_counter() - queued
+            context.waits.sandbox_runs += 1
+        return _judge(judge, context)
+
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), _judge, judge, context)
+    return await loop.run_in_executor(_executor(), run)

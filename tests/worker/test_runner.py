@@ -161,3 +161,29 @@ def test_jobs_without_files_make_no_job_folder(tmp_path, monkeypatch):
     with_files = score_job(ScoringJob(judge=look, submission=Submission.from_files({"a": "1"})))
     assert with_files.scoring.metadata["listing"] != "[]"
     assert os.listdir(tmp_path) == []
+
+
+def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
+    from chalk_worker.embedded import score_stream
+    from chalk_worker.judges.executable import subprocess_slots
+
+    sleeper = script(
+        "import json, sys, time\ntime.sleep(0.4)\n"
+        "json.dump({'score': 1, 'metadata': {}}, open(sys.argv[-1], 'w'))"
+    )
+    jobs = [
+        ScoringJob(judge=ExecutableJudge(["{python}", sleeper, "out.json"]))
+        for _ in range(2 * subprocess_slots() + 1)
+    ]
+
+    async def all_of_them() -> list:
+        return [result async for result in score_stream(jobs)]
+
+    results = asyncio.run(all_of_them())
+    assert all(r.score == 1 for r in results)
+    waits = [r.timings["sandbox_wait"] for r in results]
+    assert all(0 <= r.timings["sandbox_wait"] <= r.timings["judge"] for r in results)
+    # More scripts than slots: the last ones waited for two rounds of 0.4 s.
+    assert max(waits) >= 0.7 and min(waits) < 0.2
+    regex_only = score_job(ScoringJob(transcript=say("hi"), judge=RegexJudge(["hi"])))
+    assert "sandbox_wait" not in regex_only.timings  # no script ran
