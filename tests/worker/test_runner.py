@@ -187,3 +187,20 @@ def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
     assert max(waits) >= 0.7 and min(waits) < 0.2
     regex_only = score_job(ScoringJob(transcript=say("hi"), judge=RegexJudge(["hi"])))
     assert "sandbox_wait" not in regex_only.timings  # no script ran
+
+
+def test_a_submission_made_in_memory_from_text_and_bytes(score, script):
+    reader = script(
+        "import json, sys\nfrom pathlib import Path\nroot = Path(sys.argv[1])\n"
+        "json.dump({'score': 1, 'metadata': {'text': (root / 'answer.txt').read_text(), "
+        "'bytes': list((root / 'data' / 'blob.bin').read_bytes())}}, open(sys.argv[-1], 'w'))"
+    )
+    submission = Submission.from_files({"answer.txt": "42\n", "data/blob.bin": b"\x00\xff\x10"})
+    assert submission.tar is not None  # bytes: carried as an archive
+    assert Submission.from_files({"answer.txt": "42\n"}).files == {"answer.txt": "42\n"}
+    result = score(
+        judge=ExecutableJudge(["{python}", reader, "{submission_dir}", "out.json"]),
+        submission=submission,
+    )
+    assert result.scoring.metadata["text"] == "42\n"
+    assert result.scoring.metadata["bytes"] == "[0, 255, 16]"
