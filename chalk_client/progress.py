@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -131,7 +132,10 @@ def describe_causes(zeros: Counter[ZeroCause | None]) -> str:
 
 
 class ProgressBar:
-    """A one-line progress display, drawn only when ``stream`` is a terminal."""
+    """A one-line progress display, drawn only when ``stream`` is a terminal.
+
+    Lines said through ``say`` (from any thread) are printed above it.
+    """
 
     def __init__(self, tally: Tally, stream: TextIO = sys.stderr, every_s: float = 0.2) -> None:
         self.tally = tally
@@ -139,9 +143,14 @@ class ProgressBar:
         self.enabled = stream.isatty()
         self.every_s = every_s
         self._last = 0.0
+        self._lock = threading.RLock()
 
     def update(self, force: bool = False) -> None:
         """Redraw, at most every ``every_s`` seconds unless forced."""
+        with self._lock:
+            self._draw(force)
+
+    def _draw(self, force: bool) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self._last < self.every_s):
             return
@@ -156,19 +165,21 @@ class ProgressBar:
 
     def say(self, text: str) -> None:
         """Print a line of its own (a warning), above the progress line when one is drawn."""
-        if self.enabled:
-            self.stream.write("\r\x1b[2K")
-        self.stream.write(text + "\n")
-        self.stream.flush()
-        if self.enabled:
-            self.update(force=True)
+        with self._lock:
+            if self.enabled:
+                self.stream.write("\r\x1b[2K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            if self.enabled:
+                self._draw(force=True)
 
     def close(self) -> None:
         """Finish the line so the summary starts on a fresh one."""
-        if self.enabled:
-            self.update(force=True)
-            self.stream.write("\n")
-            self.stream.flush()
+        with self._lock:
+            if self.enabled:
+                self._draw(force=True)
+                self.stream.write("\n")
+                self.stream.flush()
 
 
 @dataclass
