@@ -31,7 +31,7 @@ def add_command(commands: Any) -> None:
             "Read RESULTS (the --out file of chalk score; the last line for a job is its "
             "result) or, with --batch, a batch's results on the cluster (CHALK_REDIS_URL), "
             "and write one self-contained HTML file that opens offline: counts by status, the "
-            "score histogram, the mean with its 95%% confidence interval, zeros by cause "
+            "score histogram, the mean with its 95% confidence interval, zeros by cause "
             "(grader errors apart), steps and rubric criteria, LLM tokens and cost, timing "
             "percentiles, groups by a metadata key, and a table of every job."
         ),
@@ -41,6 +41,7 @@ def add_command(commands: Any) -> None:
     report.add_argument(
         "--out",
         type=Path,
+        metavar="FILE",
         help="the HTML file to write (default: RESULTS with .html, or report-ID.html)",
     )
     report.add_argument(
