@@ -17,7 +17,7 @@ from contextlib import suppress
 from types import TracebackType
 
 from chalk_client.async_store import AsyncJobStore, connect_async
-from chalk_client.broker import KombuPublisher, SubmitLedger, redis_message
+from chalk_client.broker import KombuPublisher, SubmitLedger, queue_message
 from chalk_client.client import RECONNECT_S, STALE_AFTER_S, Progress, describe_state, new_waiter
 from chalk_client.errors import (
     ChalkError,
@@ -285,7 +285,7 @@ class AsyncChalkClient:
             waiter=waiter,
             messages=None
             if self._publisher
-            else (lambda job_id: redis_message(job_id, queue, batch_id)),
+            else (lambda job_id: queue_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
         )

@@ -81,7 +81,7 @@ class AsyncJobStore:
         jobs: Sequence[PreparedJob],
         *,
         waiter: str,
-        messages: Callable[[str], str] | None,
+        messages: Callable[[str], tuple[str, str]] | None,
         retry_failed: bool = False,
         batch_id: str | None = None,
     ) -> AsyncIterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
@@ -107,6 +107,7 @@ class AsyncJobStore:
                 waiter=waiter,
                 messages=messages,
                 retry_failed=retry_failed,
+                batch_id=batch_id,
             )
             yield chunk, chunk_replies(chunk, writes, await self._pipeline(build, each=True))
 

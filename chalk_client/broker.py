@@ -21,7 +21,7 @@ import uuid
 from base64 import b64encode
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from kombu import Connection, Exchange, Queue
@@ -78,9 +78,27 @@ def task_headers(job_id: str, task_id: str, batch: str | None = None) -> dict[st
     }
 
 
-def redis_message(job_id: str, queue: str, batch: str | None = None) -> str:
-    """The message as kombu's Redis transport stores it in the queue's list."""
+class QueueMessage(NamedTuple):
+    """One ``chalk.score`` message as it sits in a Redis queue, and its task id."""
+
+    text: str
+    task_id: str
+
+
+def queue_message(job_id: str, queue: str, batch: str | None = None) -> QueueMessage:
+    """A new message (a new task id) for ``job_id``, as kombu's Redis transport stores it.
+
+    Its delivery tag is its task id: both name this one message.
+    """
     task_id = str(uuid.uuid4())
+    return QueueMessage(redis_message(job_id, queue, batch, task_id=task_id), task_id)
+
+
+def redis_message(
+    job_id: str, queue: str, batch: str | None = None, *, task_id: str | None = None
+) -> str:
+    """The message as kombu's Redis transport stores it in the queue's list."""
+    task_id = task_id or str(uuid.uuid4())
     return json.dumps(
         {
             "body": b64encode(task_body(job_id).encode()).decode("ascii"),
@@ -94,7 +112,7 @@ def redis_message(job_id: str, queue: str, batch: str | None = None) -> str:
                 "delivery_info": {"exchange": "", "routing_key": queue},
                 "priority": 0,
                 "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
+                "delivery_tag": task_id,
             },
         }
     )

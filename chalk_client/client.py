@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from types import TracebackType
 
-from chalk_client.broker import KombuPublisher, SubmitLedger, redis_message
+from chalk_client.broker import KombuPublisher, SubmitLedger, queue_message
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
@@ -334,7 +334,7 @@ class ChalkClient:
             waiter=waiter,
             messages=None
             if self._publisher
-            else (lambda job_id: redis_message(job_id, queue, batch_id)),
+            else (lambda job_id: queue_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
         )

@@ -4,8 +4,11 @@ Each worker publishes its presence (``chalk:worker:NODE``, a ``WorkerPresence``
 as JSON) when it is ready and refreshes it while it lives; the key has a TTL,
 so a dead worker drops out by itself. The report reads those keys, Redis's own
 ``INFO`` (version, memory, persistence, eviction policy) and the queue: messages
-waiting, messages delivered to workers and not yet acknowledged (kombu's
-``unacked`` hash), jobs holding a lease.
+waiting, messages delivered to live workers and not yet acknowledged (their held
+lists), messages stranded on workers that died (held by a consumer whose liveness
+lapsed: the other workers give them back within a quarter lease), messages in
+kombu's own ``unacked`` hash (older workers, other queues: delivered again after
+the visibility timeout), and jobs holding a lease.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from chalk_client.eta import duration
 from chalk_client.store import as_text, reaching, redacted
 
 UNACKED_KEY = "unacked"
-"""kombu's Redis transport: messages delivered to a worker and not acknowledged yet."""
+"""kombu's Redis transport: messages delivered to a consumer and not acknowledged yet."""
+UNACKED_INDEX_KEY = "unacked_index"
+"""kombu's Redis transport: when each of those was delivered (Unix time)."""
 SAFE_EVICTION = "noeviction"
 """The only ``maxmemory-policy`` under which Redis never drops a job record."""
 
@@ -72,6 +77,26 @@ class RedisFacts:
     """Redis's ``save`` schedule: ``""`` for no RDB snapshots, ``?`` when ``CONFIG`` is refused."""
 
 
+@dataclass(frozen=True)
+class Holding:
+    """The messages one queue consumer took from the queue and has not acknowledged."""
+
+    consumer: str
+    """``QUEUE@host:pid:token:n``: its queue, host and worker process."""
+    messages: int
+    lapses_in_s: float
+    """Seconds until its liveness lapses; negative: it lapsed that long ago (it is dead)."""
+
+
+@dataclass(frozen=True)
+class KombuUnacked:
+    """Messages in kombu's own ``unacked`` hash: taken by an older worker or another queue's."""
+
+    messages: int
+    due_in_s: float | None
+    """Seconds until the oldest is delivered again (the visibility timeout), if known."""
+
+
 @dataclass
 class HealthReport:
     """The cluster's state as ``chalk health`` prints it."""
@@ -82,8 +107,14 @@ class HealthReport:
     waiting: int | None
     """Messages in the queue; ``None`` when the broker is not this Redis."""
     unacknowledged: int | None
+    """Messages delivered to live workers and not acknowledged yet."""
     running: int
     workers: list[WorkerPresence] = field(default_factory=list)
+    stranded: list[Holding] = field(default_factory=list)
+    """Consumers that died holding messages, not given back yet."""
+    kombu_unacked: KombuUnacked | None = None
+    give_back_s: float = 5.0
+    """How often live workers look for dead consumers (a quarter lease)."""
     now: float = field(default_factory=time.time)
 
     @property
@@ -98,8 +129,20 @@ class HealthReport:
 
     @property
     def warnings(self) -> list[str]:
-        """What risks losing work, though the cluster scores now."""
-        found = []
+        """What risks losing work, or delays it, though the cluster scores now."""
+        found = [self._stranded_line(holding) for holding in self.stranded]
+        unacked = self.kombu_unacked
+        if unacked is not None and unacked.messages:
+            when = (
+                ""
+                if unacked.due_in_s is None
+                else f"; the oldest in {duration(max(unacked.due_in_s, 0))}"
+            )
+            found.append(
+                f"{unacked.messages} message(s) in kombu's unacked hash (taken by a worker of an "
+                "older version, or a consumer of another queue): delivered again once "
+                f"unacknowledged for CHALK_VISIBILITY_TIMEOUT_S{when}"
+            )
         if self.redis.maxmemory_policy != SAFE_EVICTION:
             found.append(
                 f"Redis maxmemory-policy is {self.redis.maxmemory_policy}: when memory runs out "
@@ -137,6 +180,19 @@ class HealthReport:
         lines.extend(f"  WARNING: {text}" for text in self.warnings)
         lines.append("  status: " + ("OK" if not self.problems else "NOT OK"))
         return "\n".join(lines)
+
+    def _stranded_line(self, holding: Holding) -> str:
+        queue, _, where = holding.consumer.rpartition("@")
+        host, pid = [*where.split(":"), "?", "?"][:2]
+        ago = duration(max(-holding.lapses_in_s, 0))
+        if self.workers:
+            when = f"live workers give them back within about {duration(self.give_back_s)}"
+        else:
+            when = "they are given back once a worker runs"
+        return (
+            f"{holding.messages} message(s) of queue {queue} stranded on a dead worker "
+            f"(pid {pid} on {host}, silent for {ago}): {when}"
+        )
 
     def _worker_lines(self, worker: WorkerPresence) -> list[str]:
         running = "" if worker.running is None else f", running {worker.running}"
@@ -195,24 +251,60 @@ def redis_facts(client: redis.Redis) -> RedisFacts:
     )
 
 
+def read_holdings(client: redis.Redis) -> list[Holding]:
+    """Every registered queue consumer and what it holds, as of Redis's clock."""
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    consumers: Any = client.zrange(keys.CONSUMERS, 0, -1, withscores=True)
+    if not consumers:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for consumer, _ in consumers:
+        pipe.llen(keys.held(as_text(consumer)))
+    counts = pipe.execute()
+    return [
+        Holding(as_text(consumer), int(count), (deadline - now_ms) / 1000)
+        for (consumer, deadline), count in zip(consumers, counts, strict=True)
+    ]
+
+
+def read_kombu_unacked(client: redis.Redis, visibility_timeout_s: float) -> KombuUnacked:
+    """What kombu's own ``unacked`` hash holds, and when its oldest message comes back."""
+    count = int(client.hlen(UNACKED_KEY))
+    oldest: Any = client.zrange(UNACKED_INDEX_KEY, 0, 0, withscores=True) if count else []
+    due = oldest[0][1] + visibility_timeout_s - time.time() if oldest else None
+    return KombuUnacked(count, due)
+
+
 def check_health(
-    client: redis.Redis, url: str, queue: str, *, broker_is_redis: bool = True
+    client: redis.Redis,
+    url: str,
+    queue: str,
+    *,
+    broker_is_redis: bool = True,
+    lease_s: float = 20.0,
+    visibility_timeout_s: float = 12 * 3600.0,
 ) -> HealthReport:
     """Look at Redis, the queue and the workers; raises ``QueueUnavailableError`` if unreachable."""
     with reaching(url):
         facts = redis_facts(client)
         pipe = client.pipeline(transaction=False)
         pipe.llen(queue)
-        pipe.hlen(UNACKED_KEY)
         pipe.zcard(keys.RUNNING)
-        waiting, unacked, running = pipe.execute()
+        waiting, running = pipe.execute()
         workers = read_workers(client)
+        holdings = read_holdings(client) if broker_is_redis else []
+        unacked = read_kombu_unacked(client, visibility_timeout_s) if broker_is_redis else None
+    live = [h for h in holdings if h.lapses_in_s > 0 and h.consumer.startswith(f"{queue}@")]
     return HealthReport(
         url=url,
         redis=facts,
         queue=queue,
         waiting=int(waiting) if broker_is_redis else None,
-        unacknowledged=int(unacked) if broker_is_redis else None,
+        unacknowledged=sum(h.messages for h in live) if broker_is_redis else None,
         running=int(running),
         workers=workers,
+        stranded=[h for h in holdings if h.lapses_in_s <= 0 and h.messages],
+        kombu_unacked=unacked,
+        give_back_s=lease_s / 4,
     )

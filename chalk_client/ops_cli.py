@@ -68,7 +68,12 @@ def _health(client: ChalkClient) -> int:
     settings = client.settings
     broker_is_redis = not settings.broker_url or settings.broker_url == client.redis_url
     report = check_health(
-        client.store.redis, client.redis_url, settings.queue, broker_is_redis=broker_is_redis
+        client.store.redis,
+        client.redis_url,
+        settings.queue,
+        broker_is_redis=broker_is_redis,
+        lease_s=settings.lease_s,
+        visibility_timeout_s=settings.visibility_timeout_s,
     )
     print(report.render())
     return 1 if report.problems else 0

@@ -40,13 +40,14 @@ CHUNK = 200
 PURGE = Script(
     "purge",
     """
--- KEYS: job, result, owner, watchers
+-- KEYS: job, result, owner, watchers, pending
 -- ARGV: id, failed result json, result ttl, done-list key prefix
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'running' end
 local ttl = tonumber(ARGV[3])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ttl)
+redis.call('ZREM', KEYS[5], ARGV[1])
 for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   redis.call('RPUSH', ARGV[4] .. waiter, ARGV[1])
   redis.call('EXPIRE', ARGV[4] .. waiter, DONE_TTL_S)
@@ -97,6 +98,7 @@ def purge_jobs(client: ChalkClient, job_ids: Sequence[str]) -> Counter[str]:
                         keys.result(job_id),
                         keys.owner(job_id),
                         keys.watchers(job_id),
+                        keys.PENDING,
                     ],
                     [job_id, failed.model_dump_json(), ttl, keys.DONE_PREFIX],
                 )

@@ -133,7 +133,14 @@ class ChalkSettings(BaseSettings):
     blob_ttl_s: int = Field(default=7 * 86400, gt=0)
     """How long a submission archive is kept after its last submission: 7 days."""
     lease_s: float = Field(default=20.0, gt=0)
-    """A running job's lease; a worker that stops renewing it loses the job to another."""
+    """A running job's lease; a worker that stops renewing it loses the job to another.
+
+    A worker process's hold on the messages it took from the queue lapses the same
+    way: a lease after its last renewal, another worker gives them back to the queue.
+    """
+    reconcile_s: float = Field(default=60.0, gt=0)
+    """Grace before the reconciler sends again a job that is neither finished, running,
+    taken by a live worker nor waiting in the queue (its message was lost)."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
     """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
@@ -174,6 +181,11 @@ class ChalkSettings(BaseSettings):
     _split = field_validator(
         "task_modules", "allowed_commands", "sandbox_require", "sandbox_paths", mode="before"
     )(_split_list)
+
+    @property
+    def reconcile_ms(self) -> int:
+        """``reconcile_s`` in milliseconds, for the scripts (Redis's clock is in ms)."""
+        return max(int(self.reconcile_s * 1000), 1)
 
     def resolve(self, requested: Limits | None = None) -> ResolvedLimits:
         """The limits for a job asking for ``requested``, capped by the operator's maxima."""

@@ -103,7 +103,8 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
         )
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return QueueUnavailableError(
-            f"cannot reach Redis at {where}: {exc}. Is it running? Check CHALK_REDIS_URL."
+            f"cannot reach Redis at {where}: {str(exc).rstrip('.')}. Is it running? "
+            "Check CHALK_REDIS_URL."
         )
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return StoreFullError(
@@ -159,15 +160,18 @@ def queue_submit(
     settings: ChalkSettings,
     *,
     waiter: str,
-    message: str,
+    message: tuple[str, str] | None,
     retry_failed: bool,
     publishes: bool = False,
+    batch_id: str | None = None,
 ) -> None:
     """Queue the submit script of one job: claim the id, record, enqueue, register the waiter.
 
+    ``message`` is the job's queue message and its task id (a Redis broker).
     ``publishes``: the caller sends the message itself (a separate broker), so
     the record stays ``unpublished`` until ``queue_published`` says it went.
     """
+    text, task_id = message or ("", "")
     run_script(
         pipe,
         SUBMIT,
@@ -177,6 +181,7 @@ def queue_submit(
             keys.watchers(job.job_id),
             settings.queue,
             keys.owner(job.job_id),
+            keys.PENDING,
         ],
         [
             job.job_id,
@@ -184,9 +189,11 @@ def queue_submit(
             job.digest,
             settings.job_ttl_s,
             waiter,
-            message,
+            text,
             "1" if retry_failed else "0",
             "1" if publishes else "0",
+            task_id,
+            batch_id or "",
         ],
     )
 
@@ -194,7 +201,7 @@ def queue_submit(
 def queue_published(pipe: Any, job_ids: Sequence[str], waiter: str) -> None:
     """Queue, per job, the note that this submit's publish of its message went through."""
     for job_id in job_ids:
-        run_script(pipe, PUBLISHED, [keys.job(job_id)], [waiter])
+        run_script(pipe, PUBLISHED, [keys.job(job_id), keys.PENDING], [waiter, job_id])
 
 
 def queue_release(pipe: Any, job_ids: Sequence[str], waiter: str) -> None:
@@ -208,8 +215,9 @@ def queue_release(pipe: Any, job_ids: Sequence[str], waiter: str) -> None:
                 keys.result(job_id),
                 keys.watchers(job_id),
                 keys.owner(job_id),
+                keys.PENDING,
             ],
-            [waiter],
+            [waiter, job_id],
         )
 
 
@@ -231,26 +239,28 @@ def queue_submit_chunk(
     blobs: dict[str, bytes],
     settings: ChalkSettings,
     waiter: str,
-    messages: Callable[[str], str] | None,
+    messages: Callable[[str], tuple[str, str]] | None,
     retry_failed: bool,
+    batch_id: str | None = None,
 ) -> None:
     """Queue the archives to write (before any job naming them), then each job's submit.
 
-    With ``messages`` (a Redis broker) each script enqueues its job's message;
-    without, the caller publishes the fresh jobs itself.
+    With ``messages`` (a Redis broker: each job's message and its task id) each
+    script enqueues its job's message; without, the caller publishes the fresh
+    jobs itself.
     """
     for digest, archive in blobs.items():
         pipe.set(keys.blob(digest), archive, ex=settings.blob_ttl_s)
     for job in chunk:
-        message = "" if messages is None else messages(job.job_id)
         queue_submit(
             pipe,
             job,
             settings,
             waiter=waiter,
-            message=message,
+            message=None if messages is None else messages(job.job_id),
             retry_failed=retry_failed,
             publishes=messages is None,
+            batch_id=batch_id,
         )
 
 
@@ -380,7 +390,7 @@ class JobStore:
         jobs: Sequence[PreparedJob],
         *,
         waiter: str,
-        messages: Callable[[str], str] | None,
+        messages: Callable[[str], tuple[str, str]] | None,
         retry_failed: bool = False,
         batch_id: str | None = None,
     ) -> Iterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
@@ -412,6 +422,7 @@ class JobStore:
                 waiter=waiter,
                 messages=messages,
                 retry_failed=retry_failed,
+                batch_id=batch_id,
             )
             yield chunk, chunk_replies(chunk, writes, self._pipeline(build, each=True))
 

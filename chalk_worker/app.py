@@ -20,6 +20,9 @@ Settings come from ``CHALK_*`` variables (``ChalkSettings``):
 from __future__ import annotations
 
 import logging
+import socket
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
@@ -33,11 +36,12 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from chalk_client.broker import TASK_NAME, redis_message, task_queue
+from chalk_client.broker import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics, presence
-from chalk_worker.consume import WorkerRuntime, worker_runtime
+from chalk_worker.consume import Resender, WorkerRuntime, worker_runtime
+from chalk_worker.deliveries import LostAttempt
 from chalk_worker.sandbox import announce, detect_layers
 from chalk_worker.transport import SHUTTING_DOWN
 
@@ -49,12 +53,25 @@ settings = ChalkSettings()
 redis_url = settings.redis_url or DEFAULT_REDIS_URL
 
 
+def broker_is_store(settings: ChalkSettings, redis_url: str) -> bool:
+    """Whether the broker is the store's Redis (the default): its queue is a list there."""
+    return not settings.broker_url or settings.broker_url == redis_url
+
+
 def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     """A Celery app configured for Chalk Queue."""
     broker_url = settings.broker_url or redis_url
     celery = Celery("chalk", set_as_current=False)
+    transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
     if broker_url.startswith(("redis://", "rediss://")):
         celery.conf.broker_transport = "chalk_worker.transport:Transport"
+        transport_options["priority_steps"] = [0]  # Chalk sends no priorities: one list
+    if broker_is_store(settings, redis_url):
+        # Messages are taken into held lists beside the job records they belong to.
+        transport_options.update(
+            chalk_queue=settings.queue,
+            chalk_lease_ms=int(settings.lease_s * 1000),
+        )
     celery.conf.update(
         broker_url=broker_url,
         result_backend=redis_url,
@@ -67,7 +84,7 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         task_default_queue=settings.queue,
@@ -82,23 +99,53 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
 app = make_app(settings, redis_url)
 
 
-def requeue(job_ids: list[str]) -> None:
-    """Send a fresh ``chalk.score`` message for each job whose worker died.
+def publish(job_id: str, batch: str | None) -> str:
+    """Send a job's message through a broker other than the store's Redis; its task id."""
+    task_id = str(uuid.uuid4())
+    app.send_task(
+        TASK_NAME,
+        args=[job_id],
+        queue=settings.queue,
+        task_id=task_id,
+        kwargsrepr=repr({"batch": batch}) if batch else "{}",
+    )
+    return task_id
 
-    On a Redis broker the messages go to the head of the queue (where kombu puts
-    messages it restores), so the jobs run next, not behind the whole backlog.
+
+def report_lost(lost: Sequence[LostAttempt]) -> None:
+    """Tell Flower that these attempts died with their worker (a ``task-failed`` event each).
+
+    Without it, Flower shows a dead worker's task as started for ever.
     """
-    if settings.broker_url and settings.broker_url != redis_url:
-        for job_id in job_ids:
-            app.send_task(TASK_NAME, args=[job_id], queue=settings.queue)
+    attempts = [one for one in lost if one.task_id]
+    if not attempts:
         return
-    messages = [redis_message(job_id, settings.queue) for job_id in job_ids]
-    runtime().leases.redis.rpush(settings.queue, *messages)
+    try:
+        with app.events.default_dispatcher(
+            hostname=f"chalk-keeper@{socket.gethostname()}"
+        ) as events:
+            for one in attempts:
+                again = f"; sent again as task {one.new_task_id}" if one.new_task_id else ""
+                events.send(
+                    "task-failed",
+                    uuid=one.task_id,
+                    exception=f"WorkerLostError('{one.reason}: job {one.job_id}{again}')",
+                    traceback="",
+                )
+    except Exception as exc:  # events are for the dashboard: never worth failing the keeper
+        log.warning("could not tell Flower about %d lost attempt(s): %s", len(attempts), exc)
+
+
+resender = Resender(
+    queue=settings.queue,
+    publish=None if broker_is_store(settings, redis_url) else publish,
+    report_lost=report_lost,
+)
 
 
 def runtime() -> WorkerRuntime:
     """This process's worker runtime."""
-    return worker_runtime(settings, redis_url, requeue)
+    return worker_runtime(settings, redis_url, resender)
 
 
 def _score(task: Any, *args: Any, **kwargs: Any) -> str:
@@ -110,7 +157,12 @@ def _score(task: Any, *args: Any, **kwargs: Any) -> str:
     outcome = "error"
     with metrics.handling_message():
         try:
-            found = runtime().handle(args, kwargs, node=str(task.request.hostname or "worker"))
+            found = runtime().handle(
+                args,
+                kwargs,
+                node=str(task.request.hostname or "worker"),
+                task_id=str(task.request.id or ""),
+            )
             outcome = found.split(",", 1)[0]
             return found
         except JobFailedError:

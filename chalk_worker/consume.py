@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
@@ -32,17 +33,31 @@ from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import connect, redacted
-from chalk_worker import metrics
+from chalk_worker import deliveries, metrics
+from chalk_worker.deliveries import HeldMessages, LostAttempt
 from chalk_worker.leases import LeaseStore, Start, describe_trouble
 from chalk_worker.process_loop import process_loop
+from chalk_worker.reconciler import Publish, Reconciler
 from chalk_worker.runner import score_job_async
 from chalk_worker.workdirs import make_job_dir
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-Requeue = Callable[[list[str]], None]
-"""Sends a ``chalk.score`` message for each job id."""
+
+@dataclass(frozen=True)
+class Resender:
+    """How this worker sends jobs again, and tells Flower about the attempts it lost.
+
+    ``publish`` sends a job's message through a broker other than Redis
+    (``(job id, batch)`` -> task id); without it, messages go to ``queue`` in Redis,
+    each in the same script that decides the job is to be sent again.
+    """
+
+    queue: str
+    publish: Publish | None = None
+    report_lost: Callable[[Sequence[LostAttempt]], None] = lambda lost: None
+
 
 MAX_JOB_ID = 512
 RETRY_MAX_S = 30.0
@@ -62,21 +77,26 @@ def message_job_id(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None
 
 
 class LeaseKeeper(threading.Thread):
-    """Renews this process's leases and re-enqueues jobs whose worker stopped renewing theirs."""
+    """Keeps this process's claims alive and sends again the jobs of workers that died.
 
-    def __init__(self, runtime: WorkerRuntime, requeue: Requeue) -> None:
+    Every quarter lease: renew this process's leases and consumers, send the
+    acknowledgements and give back the held messages Redis refused earlier; then,
+    after a full lease in touch with Redis, send again the jobs whose lease ran
+    out, give back what dead consumers held, and now and then (one worker at a
+    time) run the reconciler.
+    """
+
+    def __init__(self, runtime: WorkerRuntime, resender: Resender) -> None:
         super().__init__(name="chalk-lease-keeper", daemon=True)
         self.runtime = runtime
-        self.requeue = requeue
+        self.resender = resender
         self.interval = max(runtime.settings.lease_s / 4, 0.05)
         self.stopped = threading.Event()
         self._unreachable = False
-        # Jobs this keeper reaped whose messages were not sent, nor their leases marked
-        # expired again (Redis refused both): this keeper tries again every tick.
-        self._unsent: list[str] = []
         # Since when every tick reached Redis. Only after a full lease of it does this keeper
         # reap, so that live workers cut off by a Redis restart renew their leases first.
         self._in_touch_since: float | None = None
+        self._next_reconcile = 0.0
 
     def run(self) -> None:
         """Renew and reap every quarter lease until stopped."""
@@ -84,14 +104,15 @@ class LeaseKeeper(threading.Thread):
             self.tick()
 
     def tick(self) -> None:
-        """One round: renew our leases, then reap and re-enqueue expired ones."""
+        """One round: renew our claims, then send again what dead workers left."""
         runtime = self.runtime
         try:
-            if self._unsent:
-                self._requeue(list(self._unsent))
+            self._send_acks()
             lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
+            runtime.held_messages.register(deliveries.REGISTRY.renewable())
+            self._give_back_closed()
             if self._unreachable:
                 log.warning("Redis at %s is reachable again", redacted(runtime.url))
                 self._unreachable = False
@@ -99,14 +120,11 @@ class LeaseKeeper(threading.Thread):
                 self._in_touch_since = time.monotonic()
             if time.monotonic() - self._in_touch_since < runtime.settings.lease_s:
                 return
-            expired = runtime.leases.reap()
-            if expired:
-                log.warning(
-                    "re-enqueueing %d job(s) whose worker stopped renewing its lease: %s",
-                    len(expired),
-                    ", ".join(expired[:10]),
-                )
-                self._requeue(expired)
+            self._reap()
+            self._give_back_dead()
+            if time.monotonic() >= self._next_reconcile:
+                self._next_reconcile = time.monotonic() + runtime.settings.reconcile_s / 4
+                self.resender.report_lost(runtime.reconciler.run(self.resender.publish))
         except redis.RedisError as exc:
             self._unreachable = True
             self._in_touch_since = None
@@ -117,46 +135,81 @@ class LeaseKeeper(threading.Thread):
                 self.interval,
             )
 
-    def _requeue(self, job_ids: list[str]) -> None:
-        """Send reaped jobs' messages; if that fails, make sure they are sent later.
+    def _send_acks(self) -> None:
+        """Acknowledgements Redis refused before (they are kept until it takes them)."""
+        acks = deliveries.REGISTRY.take_unsent_acks()
+        for i, (consumer, raw) in enumerate(acks):
+            try:
+                self.runtime.held_messages.ack(consumer, raw)
+            except redis.RedisError:
+                for left in acks[i:]:
+                    deliveries.REGISTRY.ack_later(*left)
+                raise
 
-        The reap took them out of ``running``: marked expired there again, any
-        worker's next reap takes them. If Redis refuses that too (out of memory,
-        say), this keeper keeps them and tries again at its next tick.
-        """
-        try:
-            self.requeue(job_ids)
-            self._forget(job_ids)
+    def _give_back_closed(self) -> None:
+        """Messages of this process's closed channels that Redis could not take back then."""
+        for consumer, _ in deliveries.REGISTRY.to_give_back():
+            self.runtime.held_messages.give_back_all(consumer, fresh=False)
+            deliveries.REGISTRY.close(consumer, given_back=True)
+            log.warning("gave back the messages a closed channel of this worker held")
+
+    def _reap(self) -> None:
+        """Send again the jobs whose lease ran out: their worker stopped renewing it."""
+        leases = self.runtime.leases
+        expired = leases.reap()
+        if not expired:
             return
-        except redis.RedisError as exc:
-            doing = f"re-enqueueing {', '.join(job_ids[:10])}"
-            trouble = describe_trouble(exc, self.runtime.url, doing)
-            log.warning("%s; will try again", trouble or f"{doing} failed ({exc!r})")
-        except Exception:
-            log.exception("could not re-enqueue %s; will try again", job_ids)
-        try:
-            self.runtime.leases.expire_now(job_ids)
-            self._forget(job_ids)
-        except redis.RedisError:  # kept with any others still unsent, never in their place
-            self._unsent = list(dict.fromkeys([*self._unsent, *job_ids]))
+        log.warning(
+            "re-enqueueing %d job(s) whose worker stopped renewing its lease: %s",
+            len(expired),
+            ", ".join(one.job_id for one in expired[:10]),
+        )
+        lost: list[LostAttempt] = []
+        if self.resender.publish is None:
+            for one, answer, task_id in leases.requeue(expired, self.resender.queue):
+                if answer == "requeued" and one.started:
+                    lost.append(LostAttempt(one.job_id, one.started, task_id, "worker died"))
+        else:
+            token = f"{self.runtime.owner}:reaper"
+            for one, answer in leases.claim_expired(expired, token):
+                if answer == "claimed":
+                    task_id = self.resender.publish(one.job_id, one.batch or None)
+                    leases.let_go(one.job_id, token)
+                    if one.started:
+                        lost.append(LostAttempt(one.job_id, one.started, task_id, "worker died"))
+        self.resender.report_lost(lost)
 
-    def _forget(self, job_ids: list[str]) -> None:
-        """Drop ``job_ids`` from the unsent: their messages went out, or any reap takes them."""
-        sent = set(job_ids)
-        self._unsent = [job_id for job_id in self._unsent if job_id not in sent]
+    def _give_back_dead(self) -> None:
+        """Give back to the queue the messages held by consumers whose process died."""
+        mine = set(deliveries.REGISTRY.renewable())
+        held = self.runtime.held_messages
+        for consumer in held.dead_consumers():
+            if consumer in mine:
+                continue  # cut off from Redis for a while: renewed again above
+            lost = held.give_back_all(consumer, fresh=True)
+            log.warning(
+                "gave back the messages held by %s, whose worker stopped renewing it: "
+                "%d job(s) sent again",
+                consumer,
+                len(lost),
+            )
+            self.resender.report_lost(lost)
 
 
 class WorkerRuntime:
     """One per worker process: the lease store, the held jobs and their keeper."""
 
-    def __init__(self, settings: ChalkSettings, url: str, requeue: Requeue) -> None:
+    def __init__(self, settings: ChalkSettings, url: str, resender: Resender) -> None:
         self.settings = settings
         self.url = url
-        self.leases = LeaseStore(connect(url), settings)
+        client = connect(url)
+        self.leases = LeaseStore(client, settings)
+        self.held_messages = HeldMessages(client, lease_ms=int(settings.lease_s * 1000))
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.reconciler = Reconciler(self.held_messages, settings, self.owner)
         self._held: set[str] = set()
         self._lock = threading.Lock()
-        self.keeper = LeaseKeeper(self, requeue)
+        self.keeper = LeaseKeeper(self, resender)
         self.keeper.start()
 
     def held(self) -> list[str]:
@@ -187,7 +240,9 @@ class WorkerRuntime:
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
-    def handle(self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str) -> str:
+    def handle(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str, task_id: str = ""
+    ) -> str:
         """Process one message (in a task thread); returns what happened.
 
         That is ``succeeded, score S`` for a job scored here, or why the message was
@@ -204,7 +259,7 @@ class WorkerRuntime:
             )
             return "malformed"
         start = self.retrying(
-            f"starting job {job_id}", lambda: self.leases.start(job_id, self.owner)
+            f"starting job {job_id}", lambda: self.leases.start(job_id, self.owner, task_id)
         )
         if start.outcome == "done":
             log.info("job %s already has a result; dropping this message", job_id)
@@ -290,10 +345,10 @@ _lock = threading.Lock()
 _runtime: tuple[int, WorkerRuntime] | None = None
 
 
-def worker_runtime(settings: ChalkSettings, url: str, requeue: Requeue) -> WorkerRuntime:
+def worker_runtime(settings: ChalkSettings, url: str, resender: Resender) -> WorkerRuntime:
     """This process's runtime, made (and its keeper started) on first use, after any fork."""
     global _runtime
     with _lock:
         if _runtime is None or _runtime[0] != os.getpid():
-            _runtime = (os.getpid(), WorkerRuntime(settings, url, requeue))
+            _runtime = (os.getpid(), WorkerRuntime(settings, url, resender))
         return _runtime[1]

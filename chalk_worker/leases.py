@@ -2,9 +2,11 @@
 
 A job a worker starts gets a lease: its owner token in ``chalk:owner:ID`` and a
 deadline in ``chalk:running``. The worker's keeper renews the deadline while
-the job runs; any live worker re-enqueues jobs whose deadline passed (their
-worker died) and the next start takes the lease over. The result is written
-once (``SET NX``), so a job run twice still has one result.
+the job runs; any live worker sends again the jobs whose deadline passed (their
+worker died): one script checks the lease is still expired, frees it and pushes
+the job's new message, so a worker dying halfway leaves the lease to the next
+reaper, never a job without a message. The result is written once (``SET NX``),
+so a job run twice still has one result.
 
 Some Redis errors pass by themselves, and the worker retries them
 (``describe_trouble``). A script Redis refused has changed nothing: over
@@ -25,8 +27,9 @@ import redis
 from redis.exceptions import BusyLoadingError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client import keys
+from chalk_client.broker import queue_message
 from chalk_client.jobs import JobResult
-from chalk_client.scripts import ALL, FINISH, HEARTBEAT, REAP, START, Script
+from chalk_client.scripts import ALL, FINISH, HEARTBEAT, LET_GO, REAP, REQUEUE, START, Script
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import merge_replies, redacted, run_script
 
@@ -58,6 +61,15 @@ class Start:
     digest: str = ""
     """The archive's content hash, for ``large`` and ``missing``."""
     holder: str = ""
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A lease that ran out: the job, its batch (or ``""``) and the task id that started it."""
+
+    job_id: str
+    batch: str
+    started: str
 
 
 def describe_trouble(exc: BaseException, url: str, doing: str) -> str | None:
@@ -127,8 +139,12 @@ class LeaseStore:
             raise reply
         return reply
 
-    def queue_start(self, pipe: Any, job_id: str, owner: str) -> None:
-        """Queue the start script: take the job's lease, count an attempt, read its record."""
+    def queue_start(self, pipe: Any, job_id: str, owner: str, task_id: str = "") -> None:
+        """Queue the start script: take the job's lease, count an attempt, read its record.
+
+        ``task_id`` is the message's, recorded on the job (for the lost-attempt report
+        should this worker die).
+        """
         run_script(
             pipe,
             START,
@@ -139,7 +155,15 @@ class LeaseStore:
                 keys.RUNNING,
                 keys.attempts(job_id),
             ],
-            [job_id, owner, self.lease_ms, self.keep_s, keys.BLOB_PREFIX, INLINE_ARCHIVE_BYTES],
+            [
+                job_id,
+                owner,
+                self.lease_ms,
+                self.keep_s,
+                keys.BLOB_PREFIX,
+                INLINE_ARCHIVE_BYTES,
+                task_id,
+            ],
         )
 
     @staticmethod
@@ -161,13 +185,19 @@ class LeaseStore:
         run_script(
             pipe,
             FINISH,
-            [keys.result(job_id), keys.RUNNING, keys.owner(job_id), keys.watchers(job_id)],
+            [
+                keys.result(job_id),
+                keys.RUNNING,
+                keys.owner(job_id),
+                keys.watchers(job_id),
+                keys.PENDING,
+            ],
             [job_id, result.model_dump_json(), self.settings.result_ttl_s, owner, keys.DONE_PREFIX],
         )
 
-    def start(self, job_id: str, owner: str) -> Start:
+    def start(self, job_id: str, owner: str, task_id: str = "") -> Start:
         """Take the job's lease (counting an attempt) and read its record and archive."""
-        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner))[0]
+        reply = self.pipeline(lambda pipe: self.queue_start(pipe, job_id, owner, task_id))[0]
         if isinstance(reply, Exception):
             raise reply
         return self.parse_start(reply)
@@ -208,12 +238,66 @@ class LeaseStore:
         )
         return [_text(job_id) for job_id in lost]
 
-    def reap(self) -> list[str]:
-        """Take the jobs whose lease expired out of ``running``; the caller re-enqueues them."""
-        expired = self._run(REAP, [keys.RUNNING], [keys.OWNER_PREFIX, REAP_BATCH])
-        return [_text(job_id) for job_id in expired]
+    def reap(self) -> list[Expired]:
+        """The leases that ran out (their worker stopped renewing them); ``requeue`` takes them."""
+        found = self._run(REAP, [keys.RUNNING], [keys.JOB_PREFIX, REAP_BATCH])
+        return [
+            Expired(_text(found[i]), _text(found[i + 1]), _text(found[i + 2]))
+            for i in range(0, len(found), 3)
+        ]
 
-    def expire_now(self, job_ids: Sequence[str]) -> None:
-        """Mark leases expired, so the next reap (by any worker) takes the jobs again."""
-        if job_ids:
-            self.redis.zadd(keys.RUNNING, dict.fromkeys(job_ids, 0))
+    def requeue(self, expired: Sequence[Expired], queue: str) -> list[tuple[Expired, str, str]]:
+        """Send each expired job again: a new message at the head of ``queue`` (a Redis
+        broker), in the same script that frees the lease if it is still expired.
+
+        Returns each job with the script's answer, ``requeued`` or why it was left
+        alone (``done``, ``gone``: another worker sent it, ``alive``, ``missing``),
+        and the new message's task id.
+        """
+        messages = [queue_message(one.job_id, queue, one.batch or None) for one in expired]
+
+        def build(pipe: Any) -> None:
+            for one, message in zip(expired, messages, strict=True):
+                self._queue_requeue(pipe, one.job_id, message.text, message.task_id, "", queue)
+
+        return [
+            (one, answer, message.task_id)
+            for (one, answer), message in zip(self._answers(expired, build), messages, strict=True)
+        ]
+
+    def claim_expired(self, expired: Sequence[Expired], token: str) -> list[tuple[Expired, str]]:
+        """Take over expired leases while their jobs are published through another broker.
+
+        Returns each job with ``claimed`` (publish it, then ``let_go``) or why not.
+        """
+
+        def build(pipe: Any) -> None:
+            for one in expired:
+                self._queue_requeue(pipe, one.job_id, "", "", token, self.settings.queue)
+
+        return self._answers(expired, build)
+
+    def let_go(self, job_id: str, token: str) -> None:
+        """Give up a lease taken by ``claim_expired`` once the job's message went out."""
+        self._run(LET_GO, [keys.RUNNING, keys.owner(job_id)], [job_id, token])
+
+    def _queue_requeue(
+        self, pipe: Any, job_id: str, message: str, task_id: str, token: str, queue: str
+    ) -> None:
+        run_script(
+            pipe,
+            REQUEUE,
+            [keys.RUNNING, keys.owner(job_id), keys.job(job_id), keys.result(job_id), keys.PENDING],
+            [job_id, message, task_id, token, self.lease_ms, queue],
+        )
+
+    def _answers(
+        self, expired: Sequence[Expired], build: Callable[[Any], object]
+    ) -> list[tuple[Expired, str]]:
+        if not expired:
+            return []
+        replies = self.pipeline(build)
+        error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        if error is not None:
+            raise error
+        return [(one, _text(reply)) for one, reply in zip(expired, replies, strict=True)]

@@ -23,6 +23,19 @@
   costs more than the command it sends: in a profile of a worker scoring trivial
   jobs, a fifth of the worker's time. This transport builds one per channel and
   connection pool and reuses it; ``redis.Redis`` is safe to share between threads.
+- No message is ever only in a worker's memory. kombu takes a message with
+  ``BRPOP`` and records it as unacknowledged in a later round trip: a worker (or
+  Redis) dying in between lost it for good, and one dying after left it to the
+  visibility timeout (12 h). A channel consuming the Chalk queue
+  (``chalk_queue``) takes each message with ``BLMOVE`` into a held list of its own
+  instead, registered with a liveness deadline; acknowledging removes it from
+  the list, and a dead consumer's list is given back by the other workers
+  (``chalk_worker.deliveries``). A closing channel gives its list back at once.
+- Celery closes a channel when its connection is lost and then acknowledges or
+  gives back messages through it; kombu then built a new connection pool from a
+  connection Celery had already dropped and failed (``AttributeError`` on
+  ``hostname``), which ended the worker. Held messages go through a Redis client
+  of their own, and the channel keeps the connection settings it was made with.
 
 Only ``chalk_worker.app`` uses it, for a Redis broker. It is Celery's transport,
 so it asks Celery's worker state whether a shutdown was requested.
@@ -33,6 +46,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -40,12 +54,17 @@ from contextlib import contextmanager
 from queue import Empty
 from typing import Any
 
+import redis
 from kombu.compression import decompress
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
+from chalk_client import keys
+from chalk_client.broker import TASK_NAME
+from chalk_worker import deliveries
+from chalk_worker.deliveries import HeldMessages
 from chalk_worker.leases import describe_trouble
 
 log = logging.getLogger(__name__)
@@ -54,6 +73,8 @@ SHOWN_CHARS = 300
 """How much of a dropped entry the log shows."""
 RETRY_MAX_S = 10.0
 """Longest wait between two attempts to record a taken message."""
+HELD_TIMEOUT_S = 10.0
+"""Longest wait for Redis when acknowledging or giving back held messages."""
 JSON = "application/json"
 
 
@@ -190,12 +211,30 @@ def _json(body: bytes, headers: dict[str, Any]) -> Any:
         return _NOT_JSON
 
 
+def job_of(payload: dict[str, Any], body: bytes) -> tuple[str, str] | None:
+    """The job id and task id of a ``chalk.score`` message (checked by ``check_task``)."""
+    headers = payload.get("headers") or {}
+    if headers.get("task") != TASK_NAME or "compression" in headers:
+        return None
+    decoded = _json(body, headers)
+    if isinstance(decoded, list) and decoded and isinstance(decoded[0], list):
+        args = decoded[0]
+        if len(args) == 1 and isinstance(args[0], str):
+            return args[0], str(headers["id"])
+    return None
+
+
 class Message(virtual.Message):  # type: ignore[misc]
     """A kombu message, made only from an entry kombu and Celery can read."""
 
+    chalk_job: tuple[str, str] | None = None
+    """The job id and task id, for a ``chalk.score`` message."""
+
     def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
-        check_task(payload, check_envelope(payload))
+        body = check_envelope(payload)
+        check_task(payload, body)
         super().__init__(payload, channel=channel, **kwargs)
+        self.chalk_job = job_of(payload, body)
         if isinstance(channel, Channel):
             channel.took_entry = True
 
@@ -215,11 +254,58 @@ def shutdown_requested() -> bool:
     return SHUTTING_DOWN.is_set()
 
 
+def _wait_out(exc: Exception, url: str, doing: str, delay: float) -> float:
+    """Log Redis refusing a write (out of memory, read-only) and sleep; the next delay."""
+    log.warning(
+        "%s; this worker takes no other message until then, retrying in %.0f s",
+        describe_trouble(exc, url, doing),
+        delay,
+    )
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline and not shutdown_requested():
+        time.sleep(0.1)
+    return min(delay * 2, RETRY_MAX_S)
+
+
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
-    """kombu's acknowledgement emulation, which waits out a Redis that refuses writes."""
+    """kombu's acknowledgement emulation: held lists on the Chalk queue, and patience.
+
+    On a channel that takes messages with ``BLMOVE`` (``Channel.consumer`` set), a
+    message is in the consumer's held list from the moment it left the queue:
+    ``append`` notes on its job that it was taken, ``ack`` removes it from the
+    list, ``reject`` removes it or gives it back. Elsewhere kombu's own records are
+    used, retried while Redis refuses writes.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held: dict[str, bytes] = {}
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        """Record a taken message as unacknowledged; until then it is only in this process."""
+        """Record a taken message as unacknowledged (in the held list, or kombu's hash)."""
+        channel = self.channel
+        raw = getattr(channel, "taken_raw", None)
+        consumer = getattr(channel, "consumer", None)
+        if raw is None or consumer is None:
+            self._append_unacked(message, delivery_tag)
+            return
+        self._held[delivery_tag] = raw
+        virtual.QoS.append(self, message, delivery_tag)
+        job = getattr(message, "chalk_job", None)
+        if job is None:
+            return
+        delay = 1.0
+        while True:
+            try:
+                channel.held_messages().receive(job[0], job[1], consumer)
+                return
+            except (OutOfMemoryError, ReadOnlyError) as exc:
+                if shutdown_requested():
+                    return  # held in Redis: given back when this consumer closes or lapses
+                delay = _wait_out(exc, channel.broker_url, "noting a message taken", delay)
+
+    def _append_unacked(self, message: Any, delivery_tag: str) -> None:
+        """kombu's record of a taken message; until then it is only in this process."""
         record = super().append
         delay = 1.0
         while True:
@@ -238,15 +324,47 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
                         dumps(message._raw),
                     )
                     raise
-                log.warning(
-                    "%s; this worker takes no other message until then, retrying in %.0f s",
-                    describe_trouble(exc, url, "recording a message taken from the queue"),
-                    delay,
-                )
-                deadline = time.monotonic() + delay
-                while time.monotonic() < deadline and not shutdown_requested():
-                    time.sleep(0.1)
-                delay = min(delay * 2, RETRY_MAX_S)
+                delay = _wait_out(exc, url, "recording a message taken from the queue", delay)
+
+    def ack(self, delivery_tag: str) -> None:
+        """Acknowledge: remove the message from the held list (or kombu's records)."""
+        consumer = getattr(self.channel, "consumer", None)
+        if consumer is None:
+            super().ack(delivery_tag)
+            return
+        raw = self._held.pop(delivery_tag, None)
+        if raw is not None:
+            try:
+                self.channel.held_messages().ack(consumer, raw)
+            except redis.RedisError as exc:
+                # Redis keeps the entry until this keeper sends the ack (or, should this
+                # worker die first, gives it back: its job has a result and it is dropped).
+                log.warning("acknowledging a message failed (%s); will retry", exc)
+                deliveries.REGISTRY.ack_later(consumer, raw)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Reject: drop the message, or give it back to the queue (``requeue``)."""
+        consumer = getattr(self.channel, "consumer", None)
+        if consumer is None:
+            super().reject(delivery_tag, requeue=requeue)
+            return
+        raw = self._held.pop(delivery_tag, None)
+        if raw is not None:
+            held = self.channel.held_messages()
+            if requeue:
+                entry = deliveries.HeldEntry.parse(raw)
+                held.give_back(consumer, [entry], fresh=False)
+            else:
+                held.ack(consumer, raw)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> Any:
+        """kombu's restore at close: on a held list, done by ``Channel.close`` (all of it)."""
+        if getattr(self.channel, "consumer", None) is not None:
+            self._delivered.clear()
+            return []
+        return super().restore_unacked(client)
 
     @contextmanager
     def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
@@ -258,16 +376,135 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
             yield acquired.pipeline(transaction=False)
 
 
+_held_clients: dict[str, redis.Redis] = {}
+_held_clients_lock = threading.Lock()
+
+
+def _held_client(params: dict[str, Any]) -> redis.Redis:
+    """This process's client for held messages, per broker (made from kombu's settings)."""
+    made = {**params, "socket_timeout": params.get("socket_timeout") or HELD_TIMEOUT_S}
+    made.setdefault("socket_connect_timeout", HELD_TIMEOUT_S)
+    key = repr(sorted((k, repr(v)) for k, v in made.items()))
+    with _held_clients_lock:
+        client = _held_clients.get(key)
+        if client is None:
+            client = _held_clients[key] = redis.Redis(connection_pool=redis.ConnectionPool(**made))
+        return client
+
+
+def _forget_held_clients() -> None:
+    global _held_clients_lock
+    _held_clients.clear()
+    _held_clients_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_held_clients)
+
+
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
-    """A Redis channel that survives entries that are not task messages."""
+    """A Redis channel that holds what it takes in Redis and survives stray entries."""
 
     Message = Message
     QoS = QoS
+
+    chalk_queue: str | None = None
+    """The Chalk queue (transport option): a channel consuming it alone uses a held list."""
+    chalk_lease_ms = 20_000
+    """How long a consumer lives without renewal (transport option, ``CHALK_LEASE_S``)."""
+    from_transport_options = (
+        *kombu_redis.Channel.from_transport_options,
+        "chalk_queue",
+        "chalk_lease_ms",
+    )
 
     _sync_client: tuple[Any, Any] | None = None
     """The pool the reused client was made for, and the client."""
     took_entry = False
     """Whether the entry being read became a ``Message``: errors after that are not its own."""
+    consumer: str | None = None
+    """This channel's consumer id, once it takes messages into a held list."""
+    taken_raw: bytes | None = None
+    """The held entry being delivered (for ``QoS.append``)."""
+    _sent: str | None = None
+    """The blocking command in flight: ``BLMOVE`` or ``BRPOP``."""
+    _paused_until = 0.0
+    _pause_s = 0.0
+    _params: dict[str, Any] | None = None
+    _held: HeldMessages | None = None
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # Kept from the first call: Celery drops the connection before it is done with
+        # the channel (acks after a lost connection), and kombu reads it to make a pool.
+        if asynchronous:
+            return super()._connparams(asynchronous=True)
+        if self._params is None:
+            if self.connection is None or self.connection.client is None:
+                raise redis.ConnectionError("the broker connection of this channel is closed")
+            self._params = super()._connparams()
+        return dict(self._params)
+
+    @property
+    def broker_url(self) -> str:
+        """The broker, for the log (without the password)."""
+        params = self._connparams()
+        return f"redis://{params.get('host', '?')}:{params.get('port', '?')}/{params.get('db', 0)}"
+
+    def held_messages(self) -> HeldMessages:
+        """The Redis side of this channel's held messages."""
+        if self._held is None:
+            params = self._connparams()
+            params["connection_class"] = params.get("connection_class") or redis.Connection
+            self._held = HeldMessages(_held_client(params), lease_ms=self.chalk_lease_ms)
+        return self._held
+
+    def _reliable(self) -> bool:
+        """Whether this channel consumes the Chalk queue alone (and so holds what it takes)."""
+        return self.chalk_queue is not None and self.active_queues == [self.chalk_queue]
+
+    def _brpop_start(self, timeout: Any = None) -> None:
+        if not self._reliable():
+            self._sent = "BRPOP"
+            super()._brpop_start(timeout)
+            return
+        if time.monotonic() < self._paused_until or not self._registered_consumer():
+            return
+        assert self.chalk_queue is not None and self.consumer is not None
+        if timeout is None:
+            timeout = self.brpop_timeout
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = time.monotonic()
+        self._sent = "BLMOVE"
+        self.client.connection.send_command(
+            "BLMOVE", self.chalk_queue, keys.held(self.consumer), "RIGHT", "LEFT", timeout or 0
+        )
+
+    def _registered_consumer(self) -> bool:
+        """Register this channel's consumer before its first take (``False``: not yet)."""
+        if self.consumer is not None:
+            return True
+        assert self.chalk_queue is not None
+        consumer = deliveries.REGISTRY.new(self.chalk_queue)
+        try:
+            self.held_messages().register([consumer])
+        except (OutOfMemoryError, ReadOnlyError) as exc:
+            deliveries.REGISTRY.close(consumer, given_back=True)
+            self._pause(exc, "registering this worker as a consumer of the queue")
+            return False
+        except BaseException:
+            deliveries.REGISTRY.close(consumer, given_back=True)
+            raise
+        self.consumer = consumer
+        return True
+
+    def _pause(self, exc: Exception, doing: str) -> None:
+        """Take nothing for a while: Redis refuses writes (out of memory, read-only)."""
+        self._pause_s = min(max(self._pause_s * 2, 1.0), RETRY_MAX_S)
+        log.warning(
+            "%s; this worker takes no message until then, retrying in %.0f s",
+            describe_trouble(exc, self.broker_url, doing),
+            self._pause_s,
+        )
+        self._paused_until = time.monotonic() + self._pause_s
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:  # kombu caches the one it makes (``client``, ``subclient``)
@@ -285,7 +522,10 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
 
     def _brpop_read(self, **options: Any) -> bool:
         self.took_entry = False
+        self.taken_raw = None
         try:
+            if self._sent == "BLMOVE":
+                return self._blmove_read(**options)
             return bool(super()._brpop_read(**options))
         except Empty:  # kombu's "no entry": the pop timed out
             raise
@@ -295,9 +535,59 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             if self.took_entry or isinstance(exc, self._redis_errors):
                 raise
             log.error("dropped an entry of the queue that is not a task message: %s", _why(exc))
+            if self.taken_raw is not None and self.consumer is not None:
+                self.held_messages().ack(self.consumer, self.taken_raw)
             return False
         finally:
             self.took_entry = False
+            self.taken_raw = None
+
+    def _blmove_read(self, **options: Any) -> bool:
+        """Read the reply of ``BLMOVE`` and deliver the message it moved to the held list."""
+        try:
+            try:
+                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
+            except self.connection_errors:
+                self.client.connection.disconnect()
+                raise
+            except (OutOfMemoryError, ReadOnlyError) as exc:
+                self._pause(exc, "taking a message from the queue")
+                raise Empty() from None
+            self._pause_s = 0.0
+            if item is None:
+                raise Empty()
+            assert self.chalk_queue is not None
+            self.taken_raw = item if isinstance(item, bytes) else str(item).encode()
+            self._queue_cycle.rotate(self.chalk_queue)
+            self.connection._deliver(loads(self.taken_raw.decode()), self.chalk_queue)
+            return True
+        finally:
+            self._in_poll = None
+            self._sent = None
+            self._flush_brpop_reauth()
+
+    def close(self) -> None:
+        """Close the channel, then give back every message it still holds."""
+        consumer = self.consumer
+        try:
+            super().close()
+        finally:
+            if consumer is not None:
+                self._give_back(consumer)
+
+    def _give_back(self, consumer: str) -> None:
+        """Give back what this closed channel holds (later, by the keeper, if Redis fails)."""
+        try:
+            self.held_messages().give_back_all(consumer, fresh=False)
+        except redis.RedisError as exc:
+            log.warning(
+                "could not give back the messages this worker took and did not start (%s); "
+                "retrying while it runs (or another worker does it once it is gone)",
+                exc,
+            )
+            deliveries.REGISTRY.close(consumer, given_back=False)
+            return
+        deliveries.REGISTRY.close(consumer, given_back=True)
 
     def _deliver_fanout_message(self, message: Any, exchange: str) -> bool:
         # Broadcasts (remote control) come by PUBLISH, past _brpop_read: one malformed

@@ -38,9 +38,11 @@ def wait_port(port: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Popen[bytes]:
-    """A redis-server on ``port``: without persistence, or with AOF (fsync every second)."""
-    persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if aof else []
+def start_redis(
+    port: int, workdir: Path, *, aof: bool = False, fsync: str = "everysec"
+) -> subprocess.Popen[bytes]:
+    """A redis-server on ``port``: without persistence, or with AOF (fsync ``fsync``)."""
+    persistence = ["--appendonly", "yes", "--appendfsync", fsync] if aof else []
     proc = subprocess.Popen(
         [
             "redis-server",

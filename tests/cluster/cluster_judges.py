@@ -52,3 +52,19 @@ class AsyncSleepJudge(Judge):
     async def _wait(self) -> Scoring:
         await asyncio.sleep(self.sleep_s)
         return Scoring(score=1, metadata={}, continue_task=True)
+
+
+@register_judge("chaos_log")
+class ChaosLogJudge(Judge):
+    """Appends ``KEY PID TIME`` to ``log`` when it starts scoring, and passes (score 1).
+
+    Put first in an ``all`` judge, it records each time a worker started the job.
+    """
+
+    def __init__(self, log: str, key: str) -> None:
+        self.log, self.key = log, key
+
+    def evaluate(self, transcript: Transcript) -> Scoring:
+        with open(self.log, "a") as out:
+            out.write(f"{self.key} {os.getpid()} {time.time():.3f}\n")
+        return Scoring(score=1, metadata={}, continue_task=True)

@@ -34,8 +34,12 @@ def test_a_held_lease_turns_other_starts_away_until_it_expires(own_redis_url):
     time.sleep(0.2)
     assert leases.start("j", "worker-b").outcome == "busy"
     time.sleep(0.4)
-    assert leases.reap() == ["j"]  # worker-a stopped renewing
-    assert leases.reap() == []  # reaped once
+    expired = leases.reap()  # worker-a stopped renewing
+    assert [one.job_id for one in expired] == ["j"]
+    assert [answer for _, answer, _ in leases.requeue(expired, "no-worker-here")] == ["requeued"]
+    assert leases.reap() == []  # sent again once
+    assert [answer for _, answer, _ in leases.requeue(expired, "no-worker-here")] == ["gone"]
+    assert redis.Redis.from_url(own_redis_url).llen("no-worker-here") == 2  # submitted, then sent
     second = leases.start("j", "worker-b")
     assert (second.outcome, second.attempts) == ("start", 2)
     assert leases.heartbeat(["j"], "worker-a") == ["j"]  # worker-a learns it lost the job
@@ -110,10 +114,10 @@ def test_starting_a_job_marks_its_message_delivered(own_redis_url):
 def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
     import asyncio
 
-    from chalk_worker.consume import WorkerRuntime
+    from chalk_worker.consume import Resender, WorkerRuntime
     from chalk_worker.leases import Start
 
-    runtime = WorkerRuntime(ChalkSettings(), own_redis_url, requeue=lambda job_ids: None)
+    runtime = WorkerRuntime(ChalkSettings(), own_redis_url, Resender("chalk"))
     try:
         for record in (
             b"[" * 100_000,  # nested too deeply for the JSON reader

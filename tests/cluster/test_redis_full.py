@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import redis
 from processes import free_port, need, start_redis, stop
+from support import held_count
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob, keys
-from chalk_client.broker import redis_message
 from chalk_client.jobs import JobResult
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
-from chalk_worker.consume import WorkerRuntime
+from chalk_worker.consume import Resender, WorkerRuntime
 from chalk_worker.leases import LeaseStore
 
 FULL = 1
@@ -68,7 +68,7 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
         for key in ("start-refused", "taken-while-full")
     }
     # The first job's message made due in two seconds: the worker takes it now
-    # (Redis records it as unacknowledged) and starts the job once Redis is full.
+    # (into its held list in Redis) and starts the job once Redis is full.
     message = store.rpop("parked")
     assert job_of(message) == "start-refused"
     raw = json.loads(message)
@@ -78,12 +78,18 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     store.config_set("maxmemory", FULL)
 
     worker.wait_for("is out of memory (maxmemory) while starting job start-refused: free memory")
-    # A message taken from the queue while Redis is full: kombu cannot record it as
-    # unacknowledged, and until it can, the message lives only in the worker.
+    # A message waiting while Redis is full: the worker takes nothing until Redis has room
+    # (taking it is a write), or, if Redis hands it over, waits to note it was taken.
     store.rename("parked", "chalk")  # RENAME is not refused: it needs no memory
-    worker.wait_for("is out of memory (maxmemory) while recording a message taken from the queue")
+    deadline = time.monotonic() + 30
+    while not any(
+        f"is out of memory (maxmemory) while {doing}" in worker.text()
+        for doing in ("taking a message from the queue", "noting a message taken")
+    ):
+        assert worker.proc.poll() is None and time.monotonic() < deadline, worker.text()[-3000:]
+        time.sleep(0.05)
     assert store.get(keys.attempts("start-refused")) is None  # the refused start changed nothing
-    assert store.llen("chalk") == 0
+    assert store.llen("chalk") + held_count(store) == 2  # every message is in Redis
 
     store.config_set("maxmemory", 0)
     for key, handle in handles.items():
@@ -98,8 +104,8 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     assert "Unrecoverable error" not in log and "Connection to broker lost" not in log
     assert "dropped an entry" not in log  # a pop that timed out is no entry to drop
     deadline = time.monotonic() + 10
-    while store.hlen("unacked"):  # both messages acknowledged
-        assert time.monotonic() < deadline, store.hgetall("unacked")
+    while held_count(store):  # both messages acknowledged
+        assert time.monotonic() < deadline, held_count(store)
         time.sleep(0.05)
 
 
@@ -116,11 +122,9 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
     store.config_set("maxmemory", FULL)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         leases.start("j", "me")
-    with pytest.raises(redis.exceptions.OutOfMemoryError):  # its first write is the result
-        leases.finish(result, "me")
     assert set(store.keys()) == before  # no lease, attempt or result: nothing happened
 
-    runtime = WorkerRuntime(settings, url, requeue=lambda job_ids: None)
+    runtime = WorkerRuntime(settings, url, Resender("chalk"))
     try:
         caplog.set_level(logging.WARNING, logger="chalk_worker.consume")
         threading.Timer(1.5, store.config_set, ("maxmemory", 0)).start()
@@ -138,35 +142,34 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
         runtime.retrying("asking", lambda: store.execute_command("NO-SUCH-COMMAND"))
 
 
-def test_jobs_reaped_while_redis_is_full_are_enqueued_once_it_is_not(full_redis):
+def dead_workers_job(url: str, store: redis.Redis, job_id: str, deadline_ms: float) -> None:
+    """A job recorded and started by a worker that died: its lease runs out at ``deadline_ms``."""
+    ChalkClient(url, settings=ChalkSettings(queue="parked")).submit(
+        ScoringJob(id=job_id, judge=AlwaysPassJudge())
+    )
+    store.delete("parked")
+    store.zadd(keys.RUNNING, {job_id: deadline_ms})
+    store.set(keys.owner(job_id), "a dead worker")
+
+
+def test_a_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
+    # Sending it again frees memory-neutral state first, so a full Redis does not stop it.
     url, store = full_redis
-    settings = ChalkSettings(lease_s=0.2)
-    sent: list[str] = []
-
-    def requeue(job_ids: list[str]) -> None:
-        store.rpush("chalk", *[redis_message(job_id, "chalk") for job_id in job_ids])
-        sent.extend(job_ids)
-
-    store.zadd(keys.RUNNING, {"orphan": 0})  # the lease of a worker that died
-    store.set(keys.owner("orphan"), "a dead worker")
+    dead_workers_job(url, store, "orphan", 0)
     store.config_set("maxmemory", FULL)
-    runtime = WorkerRuntime(settings, url, requeue)
+    runtime = WorkerRuntime(ChalkSettings(lease_s=0.2), url, Resender("chalk"))
     try:
         deadline = time.monotonic() + 5
-        while store.zscore(keys.RUNNING, "orphan") is not None:  # reaped, not enqueued
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert sent == [] and store.llen("chalk") == 0
-        store.config_set("maxmemory", 0)
-        while not sent:
-            assert time.monotonic() < deadline, "the reaped job was never enqueued"
+        while store.llen("parked") == 0:
+            assert time.monotonic() < deadline, "the dead worker's job was never sent again"
             time.sleep(0.05)
         time.sleep(0.5)
     finally:
         runtime.keeper.stopped.set()
-    assert sent == ["orphan"]
-    assert [job_of(m) for m in store.lrange("chalk", 0, -1)] == ["orphan"]
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        store.set("anything", "else")  # Redis was full throughout
+    assert store.zcard(keys.RUNNING) == 0
+    assert [job_of(m) for m in store.lrange("parked", 0, -1)] == ["orphan"]  # once
 
 
 def test_leases_are_renewed_while_redis_is_full(full_redis):
@@ -192,33 +195,21 @@ def test_leases_are_renewed_while_redis_is_full(full_redis):
     assert leases.reap() == []
 
 
-def test_every_job_reaped_while_redis_is_full_is_enqueued_later(full_redis):
-    # Two dead workers' jobs, reaped at different ticks while Redis is full: neither is lost.
+def test_every_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
+    # Two dead workers' jobs whose leases run out at different ticks: neither is lost.
     url, store = full_redis
-    sent: list[str] = []
-
-    def requeue(job_ids: list[str]) -> None:
-        store.rpush("chalk", *[redis_message(job_id, "chalk") for job_id in job_ids])
-        sent.extend(job_ids)
-
     now_ms = time.time() * 1000
-    store.zadd(keys.RUNNING, {"orphan-a": 0, "orphan-b": now_ms + 1500})
-    store.set(keys.owner("orphan-a"), "a dead worker")
-    store.set(keys.owner("orphan-b"), "another dead worker")
+    dead_workers_job(url, store, "orphan-a", 0)
+    dead_workers_job(url, store, "orphan-b", now_ms + 1500)
     store.config_set("maxmemory", FULL)
-    runtime = WorkerRuntime(ChalkSettings(lease_s=0.2), url, requeue)
+    runtime = WorkerRuntime(ChalkSettings(lease_s=0.2), url, Resender("chalk"))
     try:
         deadline = time.monotonic() + 10
-        while store.zcard(keys.RUNNING):  # both reaped while full, at different ticks
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.3)
-        store.config_set("maxmemory", 0)
-        while len(sent) < 2:
-            assert time.monotonic() < deadline, f"enqueued only {sent}"
+        while store.llen("parked") < 2:
+            assert time.monotonic() < deadline, store.lrange("parked", 0, -1)
             time.sleep(0.05)
         time.sleep(0.3)
     finally:
         runtime.keeper.stopped.set()
-    assert sorted(sent) == ["orphan-a", "orphan-b"]
-    assert sorted(job_of(m) for m in store.lrange("chalk", 0, -1)) == ["orphan-a", "orphan-b"]
+    assert store.zcard(keys.RUNNING) == 0
+    assert sorted(job_of(m) for m in store.lrange("parked", 0, -1)) == ["orphan-a", "orphan-b"]

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 import redis
 from processes import free_port, need, start_redis, stop, wait_port
+from support import held_count
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
 from chalk_client.broker import redis_message
@@ -341,8 +342,8 @@ def test_stray_entries_are_dropped_and_the_same_worker_goes_on(own_redis_url, st
         assert reason in log
     assert store.llen("chalk") == 0
     deadline = time.monotonic() + 10
-    while store.hlen("unacked"):  # nothing left held (the last ack follows the result)
-        assert time.monotonic() < deadline, store.hgetall("unacked")
+    while held_count(store):  # nothing left held (the last ack follows the result)
+        assert time.monotonic() < deadline, held_count(store)
         time.sleep(0.05)
 
 

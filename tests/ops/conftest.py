@@ -26,6 +26,7 @@ class RedisServer:
     port: int
     workdir: Path
     aof: bool
+    fsync: str = "everysec"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -33,7 +34,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.proc = start_redis(self.port, self.workdir, aof=self.aof)
+        self.proc = start_redis(self.port, self.workdir, aof=self.aof, fsync=self.fsync)
 
     def stop(self, sig: int | None = None) -> None:
         if self.proc is not None:
@@ -55,14 +56,14 @@ def redis_factory(tmp_path: Path) -> Iterator[list[RedisServer]]:
 
 @pytest.fixture
 def make_redis(redis_factory: list[RedisServer], tmp_path: Path):  # type: ignore[no-untyped-def]
-    """``make_redis(aof=False, start=True)``: a redis-server of this test's own."""
+    """``make_redis(aof=False, start=True, fsync="everysec")``: a redis-server of the test's."""
     if shutil.which("redis-server") is None:
         need("redis-server")
 
-    def make(aof: bool = False, start: bool = True) -> RedisServer:
+    def make(aof: bool = False, start: bool = True, fsync: str = "everysec") -> RedisServer:
         workdir = tmp_path / f"redis-{len(redis_factory)}"
         workdir.mkdir()
-        server = RedisServer(free_port(), workdir, aof)
+        server = RedisServer(free_port(), workdir, aof, fsync)
         redis_factory.append(server)
         if start:
             server.start()

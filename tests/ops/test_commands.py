@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support import held_count
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.eta import BatchProgress
@@ -129,7 +130,7 @@ def test_purge_then_retry_only_what_failed(ops_redis, start_worker):
     # Five messages: three of b-purged (already failed: left alone), two of b-drained.
     assert "queue chalk: purged 2 job(s)" in drained.stdout and "3 done" in drained.stdout
     assert "(5 queue entries taken)" in drained.stdout
-    assert store.llen("chalk") == 0 and store.hlen("unacked") == 0
+    assert store.llen("chalk") == 0 and held_count(store) == 0
     assert {r.status for r in other.results(timeout=10)} == {JobStatus.FAILED}
 
     # A worker comes; a mixed batch is scored; then only its failed jobs are sent again.

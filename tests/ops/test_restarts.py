@@ -15,9 +15,16 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from support import held_count
 
-from chalk_client import ChalkClient, JobStatus, ScoringJob
-from chalk_client.judges import AlwaysPassJudge, CustomJudge
+from chalk_client import ChalkClient, JobStatus, ScoringJob, Submission
+from chalk_client.judges import AlwaysPassJudge, CustomJudge, ExecutableJudge
+
+SCRIPT = (
+    "import json, sys\n"
+    "n = int(open(sys.argv[1]).read())\n"
+    "json.dump({'score': n % 2, 'metadata': {}}, open(sys.argv[2], 'w'))\n"
+)
 
 
 def logged_jobs(prefix: str, count: int, log: str, sleep_s: float) -> list[ScoringJob]:
@@ -47,7 +54,9 @@ def ended(scorings) -> Counter[str]:  # type: ignore[no-untyped-def]
 @pytest.mark.slow
 def test_a_redis_restart_mid_batch_loses_nothing(make_redis, start_worker, scorings):
     server = make_redis(aof=True)
-    workers = [start_worker(server.url, concurrency=4) for _ in range(2)]
+    # At chalk worker's default concurrency (64 threads): Celery gives back, through a
+    # channel whose connection it already dropped, what the threads hold.
+    workers = [start_worker(server.url, concurrency=None) for _ in range(2)]
     jobs = logged_jobs("r", 60, scorings.path, sleep_s=0.2)
     client = ChalkClient(server.url)
     batch = client.submit_batch(jobs)
@@ -70,7 +79,8 @@ def test_a_redis_restart_mid_batch_loses_nothing(make_redis, start_worker, scori
     assert store.zcard("chalk:running") == 0
     assert store.llen("chalk") == 0
     for worker in workers:
-        assert worker.proc.poll() is None
+        assert worker.proc.poll() is None, worker.text()[-3000:]
+        assert "Unrecoverable error" not in worker.text()
         assert "is reachable again" in worker.text()
         assert "re-enqueueing" not in worker.text()  # live workers' jobs were not taken
 
@@ -91,7 +101,7 @@ def test_a_worker_stopped_with_sigterm_finishes_its_jobs_and_hands_back_the_rest
         20,
         "two jobs started",
     )
-    wait_until(lambda: store.hlen("unacked") > 2, 10, "messages reserved beyond the running two")
+    wait_until(lambda: held_count(store) > 2, 10, "messages reserved beyond the running two")
     stopping.proc.send_signal(signal.SIGTERM)
     other = start_worker(url, concurrency=4)
     assert stopping.proc.wait(30) == 0
@@ -105,7 +115,7 @@ def test_a_worker_stopped_with_sigterm_finishes_its_jobs_and_hands_back_the_rest
     handed_back = {job.id for job in jobs} - started_by_stopping
     assert handed_back and all(by_id[k].worker.startswith(other.name) for k in handed_back)
     assert all(by_id[k].attempts == 1 for k in by_id)  # nothing ran twice
-    wait_until(lambda: store.hlen("unacked") == 0, 10, "every message acknowledged")
+    wait_until(lambda: held_count(store) == 0, 10, "every message acknowledged")
 
 
 @pytest.mark.slow
@@ -122,3 +132,36 @@ def test_a_worker_started_before_redis_waits_for_it_and_says_so(make_redis, star
         ScoringJob(id="after-start", judge=AlwaysPassJudge()), timeout=30
     )
     assert result.status is JobStatus.SUCCEEDED
+
+
+@pytest.mark.slow
+def test_two_workers_on_one_host_one_stopped_while_the_other_scores_scripts(
+    ops_redis, start_worker
+):
+    # The sandbox's per-slot state (cgroups, locks) is the machine's, shared by both.
+    url = ops_redis.url
+    env = {"CHALK_SANDBOX_SLOTS": "4"}
+    staying = start_worker(url, concurrency=4, env=env)
+    leaving = start_worker(url, concurrency=4, env=env)
+    client = ChalkClient(url)
+    command = ["{python}", "-c", SCRIPT, "{submission}", "out.json"]
+
+    def scripts(prefix: str, count: int) -> list[ScoringJob]:
+        return [
+            ScoringJob(
+                id=f"{prefix}-{i:02d}",
+                judge=ExecutableJudge(command),
+                submission=Submission.from_files({"n.txt": str(i)}),
+            )
+            for i in range(count)
+        ]
+
+    first = client.submit_batch(scripts("s", 40)).results(timeout=120)
+    assert {r.worker.split("@")[0] for r in first} == {staying.name, leaving.name}
+    leaving.proc.send_signal(signal.SIGTERM)  # it removes what it may of the shared slots
+    assert leaving.proc.wait(60) == 0
+    after = client.submit_batch(scripts("t", 20)).results(timeout=120)
+    for result in [*first, *after]:
+        assert result.status is JobStatus.SUCCEEDED, result.error
+        assert result.score == int(result.job_id.split("-")[1]) % 2, result.scoring
+    assert all(r.worker.startswith(staying.name) for r in after)

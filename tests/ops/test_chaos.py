@@ -1,0 +1,268 @@
+"""Chaos as an operator can cause it: nothing lost, nothing scored wrong, rarely anything twice.
+
+Three ``chalk worker`` processes at their default concurrency score a few
+thousand jobs with known scores (regexes and short sandboxed scripts) from a
+Redis with AOF (``appendfsync always``), while the test
+
+- SIGKILLs a worker every few seconds and starts a new one in its place,
+- restarts Redis twice (once with SIGTERM, once with SIGKILL),
+- SIGKILLs the submitting client mid-batch and runs it again with the same ids.
+
+Every job must end with exactly one result, the right score, and no worker
+may exit by itself. A ``chaos_log`` judge in front of each job's own judge
+records every start with its worker's pid: a job started again after a worker
+that was running it was killed is expected; any other second start is a
+re-execution, and those must stay under 1% of the jobs. For each kill, the
+jobs the killed worker held (taken, started or not) must start again on
+another worker within 60 s.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from chalk_client import JobResult, JobStatus, ScoringJob, Submission
+from chalk_client.judges import CustomJudge, ExecutableJudge, RegexJudge
+from chalk_client.transcript import Message, Transcript
+
+JOBS = int(os.environ.get("CHALK_CHAOS_JOBS", "3000"))
+KILLS = int(os.environ.get("CHALK_CHAOS_KILLS", "8"))
+RECOVERY_LIMIT_S = 60.0
+SCRIPT = (
+    "import json, sys\n"
+    "n = int(open(sys.argv[1]).read())\n"
+    "json.dump({'score': n % 2, 'metadata': {}}, open(sys.argv[2], 'w'))\n"
+)
+SUBMITTER = textwrap.dedent(
+    """
+    import sys, time
+    from chalk_client import ChalkClient, ScoringJob
+    from chalk_client.errors import QueueError
+    url, path, batch = sys.argv[1:4]
+    jobs = [ScoringJob.model_validate_json(line) for line in open(path)]
+    client = ChalkClient(url)
+    for start in range(0, len(jobs), 100):
+        while True:
+            try:  # as the README says: sending again after a QueueError is safe
+                client.submit_batch(jobs[start : start + 100], batch_id=batch)
+                break
+            except QueueError as exc:
+                print("retrying:", exc, file=sys.stderr, flush=True)
+                time.sleep(1.0)
+        print("submitted", start + 100, flush=True)
+    """
+)
+
+
+def chaos_jobs(log: Path) -> list[tuple[ScoringJob, float]]:
+    """The jobs and their known scores: two regex jobs for each script job."""
+    made = []
+    for i in range(JOBS):
+        key = f"c-{i:05d}"
+        tracer = CustomJudge("chaos_log", {"log": str(log), "key": key})
+        if i % 3 == 2:
+            judge = ExecutableJudge(["{python}", "-c", SCRIPT, "{submission}", "out.json"])
+            job = ScoringJob(
+                id=key,
+                judge=tracer & judge,
+                submission=Submission.from_files({"n.txt": str(i)}),
+                submission_paths=["n.txt"],
+            )
+            made.append((job, float(i % 2)))
+        else:
+            said = f"the answer: {i}" if i % 2 else "no idea"
+            job = ScoringJob(
+                id=key,
+                judge=tracer & RegexJudge([r"answer: \d+"]),
+                transcript=Transcript(messages=[Message(role="assistant", content=said)]),
+            )
+            made.append((job, float(i % 2)))
+    return made
+
+
+@dataclass
+class Kill:
+    pid: int
+    at: float
+    held: set[str] = field(default_factory=set)
+
+
+def held_jobs_of(store: redis.Redis, pid: int) -> set[str]:
+    """The jobs of every message held by the consumers of the worker process ``pid``."""
+    found: set[str] = set()
+    marker = f"@{socket.gethostname()}:{pid}:"
+    for consumer in store.zrange("chalk:consumers", 0, -1):
+        name = consumer.decode()
+        if marker not in name:
+            continue
+        for raw in store.lrange(f"chalk:held:{name}", 0, -1):
+            body = json.loads(base64.b64decode(json.loads(raw)["body"]))
+            found.add(body[0][0])
+    return found
+
+
+def starts(log: Path) -> dict[str, list[tuple[float, int]]]:
+    """Each job's starts, ``(time, pid)``, in time order."""
+    found: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        key, pid, at = line.split()
+        found[key].append((float(at), int(pid)))
+    return {key: sorted(times) for key, times in found.items()}
+
+
+def results_of(store: redis.Redis, ids: list[str]) -> dict[str, JobResult]:
+    found = {}
+    for start in range(0, len(ids), 1000):
+        part = ids[start : start + 1000]
+        for job_id, raw in zip(part, store.mget([f"chalk:result:{i}" for i in part]), strict=True):
+            if raw is not None:
+                found[job_id] = JobResult.model_validate_json(raw)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_chaos_loses_nothing_scores_right_and_rarely_twice(make_redis, start_worker, tmp_path):
+    server = make_redis(aof=True, fsync="always")
+    env = {"CHALK_LEASE_S": "5", "CHALK_RECONCILE_S": "10"}
+    workers = [start_worker(server.url, concurrency=None, env=env) for _ in range(3)]
+    log = tmp_path / "starts.log"
+    log.touch()
+    made = chaos_jobs(log)
+    expected = {job.id: score for job, score in made}
+    ids = [job.id for job, _ in made]
+    rollouts = tmp_path / "jobs.jsonl"
+    rollouts.write_text("".join(job.model_dump_json() + "\n" for job, _ in made))
+    store = redis.Redis.from_url(server.url)
+
+    def submit(kill_after: int | None) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SUBMITTER, server.url, str(rollouts), "chaos"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if kill_after is not None and int(line.split()[1]) >= kill_after:
+                proc.kill()  # mid-batch: some chunks sent, the rest not
+                break
+        assert proc.wait(300) in ((0,) if kill_after is None else (-signal.SIGKILL, 0))
+
+    submit(kill_after=JOBS // 5)
+    kills: list[Kill] = []
+    restarts = 0
+    killed_pids: set[int] = set()
+    stop = threading.Event()
+
+    def chaos() -> None:
+        nonlocal restarts
+        rng = random.Random(7)
+        plan = ["kill"] * KILLS + ["restart-term", "restart-kill"]
+        rng.shuffle(plan)
+        for step in plan:
+            if stop.wait(3.0):
+                return
+            if step == "kill":
+                alive = [w for w in workers if w.proc.poll() is None]
+                victim = rng.choice(alive)
+                victim.proc.send_signal(signal.SIGKILL)
+                victim.proc.wait()
+                kill = Kill(victim.pid, time.time())
+                killed_pids.add(victim.pid)
+                with contextlib.suppress(redis.RedisError):  # restarting: its starts tell
+                    kill.held = held_jobs_of(store, victim.pid)
+                kills.append(kill)
+                workers.append(start_worker(server.url, concurrency=None, env=env, wait=False))
+            else:
+                server.stop(signal.SIGTERM if step == "restart-term" else signal.SIGKILL)
+                time.sleep(3.0)
+                server.start()
+                restarts += 1
+
+    chaos_thread = threading.Thread(target=chaos)
+    chaos_thread.start()
+    try:
+        submit(kill_after=None)  # the client again, all the ids: each is scored once
+        deadline = time.monotonic() + 240
+        found: dict[str, JobResult] = {}
+        while len(found) < JOBS and time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                found = results_of(store, ids)
+            except redis.RedisError:
+                continue
+        chaos_thread.join()
+        found = results_of(store, ids)
+    finally:
+        stop.set()
+        chaos_thread.join()
+    missing = [job_id for job_id in ids if job_id not in found]
+    assert not missing, f"{len(missing)} jobs have no result, e.g. {missing[:5]}: " + str(
+        {job_id: store.hgetall(f"chalk:job:{job_id}") for job_id in missing[:3]}
+    )
+    wrong = {
+        job_id: (result.status, result.score, result.error)
+        for job_id, result in found.items()
+        if result.status is not JobStatus.SUCCEEDED or result.score != expected[job_id]
+    }
+    assert not wrong, f"{len(wrong)} wrong results: {list(wrong.items())[:5]}"
+    assert restarts == 2 and len(kills) == KILLS
+
+    # No worker left by itself: the ones not killed run, and none gave up.
+    for worker in workers:
+        assert "Unrecoverable error" not in worker.text(), worker.text()[-3000:]
+        if worker.pid not in killed_pids:
+            assert worker.proc.poll() is None, worker.text()[-3000:]
+
+    # Re-executions: a start followed by another is expected only if its worker was killed
+    # before the next start.
+    kill_at = {kill.pid: kill.at for kill in kills}
+    by_job = starts(log)
+    expected_again = unexpected = 0
+    for times in by_job.values():
+        for (at, pid), (next_at, _) in itertools.pairwise(times):
+            if pid in kill_at and at <= kill_at[pid] <= next_at:
+                expected_again += 1
+            else:
+                unexpected += 1
+    # Recovery: what a killed worker held or ran without a result started again in 60 s.
+    recovery = 0.0
+    for kill in kills:
+        ran_there = {
+            key
+            for key, times in by_job.items()
+            if any(pid == kill.pid for _, pid in times)
+            and not (found[key].worker or "").endswith(f":{kill.pid}")
+        }
+        for key in kill.held | ran_there:
+            if (found[key].worker or "").endswith(f":{kill.pid}"):
+                continue  # it finished there before the kill
+            later = [at for at, pid in by_job.get(key, []) if at >= kill.at and pid != kill.pid]
+            assert later, f"job {key}, held by killed pid {kill.pid}, never started again"
+            recovery = max(recovery, later[0] - kill.at)
+    print(
+        f"\nchaos: {JOBS} jobs, {len(kills)} workers killed, {restarts} Redis restarts, "
+        f"client killed once; starts {sum(len(t) for t in by_job.values())}, "
+        f"re-executed after a kill {expected_again}, other re-executions {unexpected}; "
+        f"slowest recovery after a kill {recovery:.1f} s"
+    )
+    assert unexpected < JOBS / 100
+    assert recovery <= RECOVERY_LIMIT_S
