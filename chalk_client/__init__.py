@@ -10,7 +10,7 @@ from chalk_client.errors import (
     StudentMisbehaviorError,
 )
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, Limits
 from chalk_client.submission import Submission
 from chalk_client.summary import BatchSummary
@@ -39,4 +39,5 @@ __all__ = [
     "StudentMisbehaviorError",
     "Submission",
     "Transcript",
+    "ZeroCause",
 ]

@@ -21,9 +21,11 @@ from chalk_client.broker import KombuPublisher, SubmitLedger
 from chalk_client.client import RECONNECT_S, STALE_AFTER_S, Progress, describe_state, new_waiter
 from chalk_client.cluster.connection import connect_async
 from chalk_client.cluster.messages import queue_message
+from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    NoLiveWorkerError,
     QueueError,
     QueueUnavailableError,
     ResultTimeout,
@@ -31,7 +33,9 @@ from chalk_client.errors import (
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
+from chalk_client.store import reaching
 from chalk_client.summary import BatchSummary, summarize
+from chalk_client.workers import POLL_S, no_worker_message, on_queue, read_workers_async
 
 WAIT_SLICE_S = 2.0
 
@@ -363,6 +367,31 @@ class AsyncChalkClient:
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return AsyncBatch(self.store, batch_id, ids, new_waiter(), watching=False)
+
+    async def workers(self) -> list[WorkerPresence]:
+        """The live workers that take this client's queue; see ``ChalkClient.workers``."""
+        with reaching(self.redis_url):
+            return on_queue(await read_workers_async(self.store.redis), self.settings.queue)
+
+    async def wait_for_workers(
+        self, count: int = 1, timeout: float | None = None
+    ) -> list[WorkerPresence]:
+        """Wait until at least ``count`` live workers take the queue; returns them.
+
+        Raises ``NoLiveWorkerError`` after ``timeout`` seconds (``None``: wait for ever).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            live = await self.workers()
+            if len(live) >= count:
+                return live
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NoLiveWorkerError(
+                    f"{len(live)} of the {count} live worker(s) asked for after {timeout:g} s; "
+                    + no_worker_message(self.redis_url, self.settings.queue)
+                )
+            left = POLL_S if deadline is None else deadline - time.monotonic()
+            await asyncio.sleep(max(min(POLL_S, left), 0.0))
 
     async def close(self) -> None:
         """Close the connections."""

@@ -13,13 +13,15 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from chalk_client import ops_cli
+from chalk_client import ops_cli, report_cli
 from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
 from chalk_client.errors import ChalkError
 from chalk_client.jobs import ScoringJob
-from chalk_client.progress import ProgressBar, Tally
+from chalk_client.progress import ProgressBar, ResultSink, Tally
 from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
+from chalk_client.selection import Selection, parse_ids
 from chalk_client.settings import ChalkSettings
+from chalk_client.version import chalk_version
 
 
 def _at_least_one(text: str) -> int:
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chalk", description="Chalk Queue: score the work of AI agents."
     )
+    parser.add_argument("--version", action="version", version=f"chalk {chalk_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser(
         "score",
@@ -88,7 +91,32 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--skip-invalid",
         action="store_true",
-        help="score the valid lines even if some are invalid (they are reported)",
+        help=(
+            "score the valid lines even if some are invalid (they are reported, and each "
+            "gets a failed result in --out saying why)"
+        ),
+    )
+    score.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if some job scored 0 through a grader error (a failing scoring script)",
+    )
+    score.add_argument(
+        "--limit",
+        type=_at_least_one,
+        metavar="N",
+        help="score at most N jobs: the first N of the file still to be scored",
+    )
+    score.add_argument(
+        "--only",
+        action="append",
+        metavar="ID,...",
+        help="score only the jobs with these ids (comma-separated; may be repeated)",
+    )
+    score.add_argument(
+        "--rescore",
+        action="store_true",
+        help="score again the jobs already scored in --out (e.g. under a new judge)",
     )
     for name, text in (
         ("worker", "start a cluster worker (Celery's worker flags pass through)"),
@@ -98,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="state of a job, a batch, or the cluster")
     status.add_argument("target", nargs="?", help="a job id or batch id (default: the cluster)")
     ops_cli.add_commands(commands)
+    report_cli.add_command(commands)
     return parser
 
 
@@ -110,26 +139,29 @@ def _load_jobs(args: argparse.Namespace) -> tuple[list[ScoringJob], list[BadLine
     return jobs, bad
 
 
-def _fresh(jobs: list[ScoringJob], done: frozenset[str], tally: Tally) -> Iterator[ScoringJob]:
-    for job in jobs:
-        if job.id in done:
-            tally.skipped += 1
-        else:
-            yield job
-
-
 async def _score_embedded(
-    jobs: Iterator[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar, concurrency: int | None
+    jobs: Iterator[ScoringJob], sink: ResultSink, concurrency: int | None
 ) -> None:
     # The embedded queue runs the worker's own runner in this process: the one place
     # the client reaches into chalk_worker, and only when no cluster is configured.
     from chalk_worker.embedded import score_stream
 
     async for result in score_stream(jobs, concurrency=concurrency):
-        out.write(result.model_dump_json() + "\n")
-        out.flush()
-        tally.add(result)
-        bar.update()
+        sink.write(result)
+
+
+def _trace_skipped(
+    bad: list[BadLine], args: argparse.Namespace, results: ResultsFile | None, out: TextIO
+) -> None:
+    """Record each skipped line as a failed result, unless it is scored or recorded already."""
+    for line in bad:
+        trace = line.trace(args.rollouts)
+        if results is not None and (
+            line.job_id in results.done or results.failures.get(line.job_id) == trace.error
+        ):
+            continue
+        out.write(trace.model_dump_json() + "\n")
+    out.flush()
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -148,12 +180,16 @@ def _score(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    only = parse_ids(args.only) if args.only else None
+    selection = Selection(only=only, limit=args.limit, rescore=args.rescore)
+    todo, skipped = selection.pick(jobs, results.done if results else frozenset())
     settings = ChalkSettings()
-    done = results.done if results else frozenset()
-    tally = Tally(total=len({job.id for job in jobs} - done))
+    tally = Tally(total=len(todo), skipped=skipped)
     bar = ProgressBar(tally)
     context = results.open() if results else nullcontext(sys.stdout)
     with context as out:
+        _trace_skipped(bad, args, results, out)
+        sink = ResultSink(out, tally, bar)
         if settings.redis_url:
             if args.concurrency is not None:
                 print(
@@ -161,13 +197,20 @@ def _score(args: argparse.Namespace) -> int:
                     "cluster each worker sets its own (chalk worker --concurrency N)",
                     file=sys.stderr,
                 )
-            score_on_cluster(_fresh(jobs, done, tally), out, tally, bar)
+            score_on_cluster(todo, sink, rescore=args.rescore)
         else:
-            fresh = _fresh(jobs, done, tally)
-            asyncio.run(_score_embedded(fresh, out, tally, bar, args.concurrency))
+            asyncio.run(_score_embedded(iter(todo), sink, args.concurrency))
     bar.close()
     print(tally.summary(), file=sys.stderr)
-    return 1 if tally.failed else 0
+    if bad:
+        print(
+            f"Skipped {len(bad)} invalid line(s) (--skip-invalid); the output holds a failed "
+            "result for each, saying why.",
+            file=sys.stderr,
+        )
+    if results is not None and results.regular and (results.size or bad):
+        print(report_cli.file_totals(results.path), file=sys.stderr)
+    return 1 if tally.failed or (args.strict and tally.grader_errors) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _score(args)
         if args.command == "status":
             return run_status(args.target)
+        if args.command == report_cli.COMMAND:
+            return report_cli.run_report(args)
         if args.command in ops_cli.COMMANDS:
             return ops_cli.run_command(args)
     except ChalkError as exc:

@@ -28,9 +28,11 @@ from chalk_client.broker import KombuPublisher, SubmitLedger
 from chalk_client.cluster.connection import connect
 from chalk_client.cluster.keys import DONE_TTL_S
 from chalk_client.cluster.messages import queue_message
+from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    NoLiveWorkerError,
     QueueError,
     QueueUnavailableError,
     ResultTimeout,
@@ -38,8 +40,9 @@ from chalk_client.errors import (
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import JobStore
+from chalk_client.store import JobStore, reaching
 from chalk_client.summary import BatchSummary, summarize_jobs
+from chalk_client.workers import POLL_S, no_worker_message, on_queue
 
 WAIT_SLICE_S = 2.0
 """Longest single blocking pop: under the client's socket timeout, and Ctrl-C is heard."""
@@ -431,6 +434,36 @@ class ChalkClient:
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return summarize_jobs(self.store, ids, batch_id=batch_id)
+
+    def workers(self) -> list[WorkerPresence]:
+        """The live workers that take this client's queue (``CHALK_QUEUE``), by node name.
+
+        Each is a ``WorkerPresence``: node, pool, concurrency, sandbox layers, LLM
+        server and model. A worker is listed once it is ready to take jobs.
+        """
+        with reaching(self.redis_url):
+            return on_queue(read_workers(self.store.redis), self.settings.queue)
+
+    def wait_for_workers(
+        self, count: int = 1, timeout: float | None = None
+    ) -> list[WorkerPresence]:
+        """Wait until at least ``count`` live workers take the queue; returns them.
+
+        Raises ``NoLiveWorkerError`` after ``timeout`` seconds (``None``: wait for ever).
+        Jobs may be submitted before any worker is live: they wait in the queue.
+        """
+        deadline = _deadline(timeout)
+        while True:
+            live = self.workers()
+            if len(live) >= count:
+                return live
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NoLiveWorkerError(
+                    f"{len(live)} of the {count} live worker(s) asked for after {timeout:g} s; "
+                    + no_worker_message(self.redis_url, self.settings.queue)
+                )
+            left = POLL_S if deadline is None else deadline - time.monotonic()
+            time.sleep(max(min(POLL_S, left), 0.0))
 
     def close(self) -> None:
         """Close the connections."""

@@ -10,16 +10,24 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import TextIO
 
+from chalk_client.celery_args import (
+    ROOT_NOTE,
+    WORKER_PREFACE,
+    flower_args,
+    flower_help,
+    wants_help,
+)
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.ops_cli import eta_line
-from chalk_client.progress import ProgressBar, Tally
+from chalk_client.progress import ResultSink, grader_error_message
+from chalk_client.rescore import clear_results
 from chalk_client.settings import ChalkSettings
 from chalk_client.summary import summarize_jobs
 from chalk_client.usage import TokenUsage
+from chalk_client.workers import WorkerWatch
 
 CELERY_APP = "chalk_worker.app"
 WORKER_DEFAULTS: dict[tuple[str, ...], list[str]] = {
@@ -74,15 +82,31 @@ def worker_argv(args: Sequence[str]) -> list[str]:
 
 
 def run_worker(args: Sequence[str]) -> int:
-    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly)."""
+    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly).
+
+    ``--help`` says what Chalk adds, then shows Celery's help; it needs no cluster.
+    """
+    if wants_help(args):
+        print(WORKER_PREFACE, flush=True)
+        argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "--help"]
+        os.execv(argv[0], argv)
     if not _need_cluster("worker"):
         return 2
+    if os.geteuid() == 0:
+        print(ROOT_NOTE, file=sys.stderr, flush=True)
     argv = worker_argv(args)
     os.execv(argv[0], argv)
 
 
 def run_flower(args: Sequence[str]) -> int:
-    """Replace this process by Flower, watching the cluster's workers."""
+    """Replace this process by Flower, watching the cluster's workers.
+
+    ``--help`` lists what Chalk adds and Flower's options; it needs no cluster.
+    """
+    if wants_help(args):
+        print(flower_help(flower_defaults(args)))
+        return 0
+    given = flower_args(args)
     if not _need_cluster("flower"):
         return 2
     argv = [
@@ -92,8 +116,8 @@ def run_flower(args: Sequence[str]) -> int:
         "-A",
         CELERY_APP,
         "flower",
-        *flower_defaults(args),
-        *args,
+        *flower_defaults(given),
+        *given,
     ]
     os.execv(argv[0], argv)
 
@@ -116,8 +140,13 @@ def _job_status(client: ChalkClient, job_id: str) -> int:
         return 0
     print(f"job {job_id}: {result.status}")
     if result.status is JobStatus.SUCCEEDED:
-        print(f"  score: {result.score}")
-    else:
+        cause = "" if result.cause is None else f" ({result.cause})"
+        print(f"  score: {result.score}{cause}")
+        if result.grader_error:
+            print(
+                f"  GRADER ERROR: {grader_error_message(result)} (the scoring script failed, "
+                "not the student; the score is 0 as the reference says)"
+            )
         print(f"  error: {result.error}")
     print(f"  attempts: {result.attempts}, worker: {result.worker}")
     print(f"  timings: {result.timings}")
@@ -159,24 +188,26 @@ def run_status(target: str | None) -> int:
 
 
 def score_on_cluster(
-    jobs: Iterable[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar
+    jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool = False
 ) -> None:
-    """Submit ``jobs`` to the cluster as one batch; write each result to ``out`` as it finishes.
+    """Submit ``jobs`` to the cluster as one batch; write each result to ``sink`` as it finishes.
 
-    Jobs whose earlier result ``failed`` are scored again, as on the embedded queue.
+    Jobs whose earlier result ``failed`` are scored again, as on the embedded queue;
+    with ``rescore``, so are those that succeeded (their results are cleared first).
+    While no live worker takes the queue, the user is told so, at once and then
+    regularly.
     """
     todo = list(jobs)
     if not todo:
         return
     with ChalkClient() as client:
+        if rescore:
+            clear_results(client, [job.id for job in todo if job.id is not None])
         batch = client.submit_batch(todo, retry_failed=True)
-        print(
+        sink.bar.say(
             f"chalk score: {batch.total} jobs sent to {redacted(client.redis_url)} as batch "
-            f"{batch.id} (see `chalk status {batch.id}`)",
-            file=sys.stderr,
+            f"{batch.id} (see `chalk status {batch.id}`)"
         )
-        for result in batch:
-            out.write(result.model_dump_json() + "\n")
-            out.flush()
-            tally.add(result)
-            bar.update()
+        with WorkerWatch(client, sink.bar.say, lambda: batch.total - batch.done):
+            for result in batch:
+                sink.write(result)

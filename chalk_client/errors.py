@@ -18,6 +18,7 @@ The tree::
         ├── StoreRefusedError      Redis answered with an error (a read-only replica, ...)
         │   └── StoreFullError     Redis is out of memory (``maxmemory``) and refuses writes
         ├── ResultTimeout          (also a TimeoutError)
+        ├── NoLiveWorkerError      (also a TimeoutError) no worker took the queue in time
         └── JobFailedError         a worker stored a `failed` result (shown as such in Flower)
 
 A judge's verdict is never an exception: zeros and misbehaviour are results
@@ -105,6 +106,10 @@ class StoreFullError(StoreRefusedError):
 
 class ResultTimeout(QueueError, TimeoutError):
     """Raised when a result did not arrive within the time a caller allowed."""
+
+
+class NoLiveWorkerError(QueueError, TimeoutError):
+    """Raised when fewer live workers than asked for took the queue within the time allowed."""
 
 
 class JobFailedError(QueueError):

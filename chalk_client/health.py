@@ -172,7 +172,11 @@ class HealthReport:
             f"    {worker.node} (pid {worker.pid}, chalk-queue {worker.version}): "
             f"{worker.pool} x{worker.concurrency}{running}, up {up}, seen {seen} ago{metrics}"
         )
-        return [head, *(f"      {line}" for line in worker.sandbox)]
+        lines = [head, *(f"      {line}" for line in worker.sandbox)]
+        if worker.llm_server is not None:
+            key = "API key set" if worker.llm_key else "no API key"
+            lines.append(f"      LLM: {worker.llm_server}, model {worker.llm_model} ({key})")
+        return lines
 
 
 def _config(client: redis.Redis, name: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chalk_client.judge_specs import _UNSET, JudgeSpec, _given
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import Limits
 from chalk_client.submission import Submission
 from chalk_client.transcript import JsonData, Transcript, check_json_numbers
@@ -134,7 +134,8 @@ class JobResult(BaseModel):
     attempts: int = 0
     """How many times a worker started on this job."""
     timings: dict[str, float] = Field(default_factory=dict)
-    """Seconds spent: ``collect``, ``judge`` and ``total``."""
+    """Seconds spent: ``collect`` (unpacking), ``judge`` (of which ``sandbox_wait``, the wait
+    for a free sandbox slot, present when a scoring script ran) and ``total``."""
     worker: str | None = None
     """Which worker scored it."""
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -144,6 +145,17 @@ class JobResult(BaseModel):
     def score(self) -> float | None:
         """The job's score, or ``None`` when it has no verdict."""
         return None if self.scoring is None else self.scoring.score
+
+    @property
+    def cause(self) -> ZeroCause | None:
+        """Why the job's verdict is a zero (``ZeroCause``); ``None`` for other scores or none."""
+        return None if self.scoring is None else self.scoring.cause
+
+    @property
+    def grader_error(self) -> bool:
+        """Whether the job's verdict is a grader error (the scoring script's fault, not the
+        student's): it scores 0 as the reference says, but says nothing of the student."""
+        return self.scoring is not None and self.scoring.grader_error
 
     @property
     def done(self) -> bool:

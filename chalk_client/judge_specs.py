@@ -7,6 +7,7 @@ judge, flattened, with the reference's short-circuit rules.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -183,7 +184,7 @@ class ExecutableJudge(_JudgeBase):
     def __init__(
         self,
         /,
-        command: Sequence[str | os.PathLike[str]] | str = _UNSET,
+        command: Sequence[str | os.PathLike[str]] = _UNSET,
         continue_threshold: float = _UNSET,
         cwd: str | None = _UNSET,
         timeout_s: float | None = _UNSET,
@@ -201,9 +202,18 @@ class ExecutableJudge(_JudgeBase):
 
     @field_validator("command", mode="before")
     @classmethod
-    def _split(cls, command: Any) -> Any:
+    def _a_list(cls, command: Any) -> Any:
         if isinstance(command, str):
-            return shlex.split(command)
+            # One string would be one program name (spaces and all), as in the reference:
+            # refused here, with the list it most likely meant.
+            try:
+                meant = json.dumps(shlex.split(command))
+            except ValueError:
+                meant = '["{python}", "-m", "tasks.my_task.scoring_script", "score.json"]'
+            raise ValueError(
+                "an executable judge's command is a list of arguments, not one string "
+                f"({command!r:.80}); write it as a list, e.g. {meant:.200}"
+            )
         if isinstance(command, (list, tuple)):
             return [str(part) if hasattr(part, "__fspath__") else part for part in command]
         return command

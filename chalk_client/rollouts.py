@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TextIO
@@ -124,6 +124,19 @@ class BadLine:
 
     number: int
     reason: str
+    job_id: str = ""
+    """The line's ``id`` if it has a usable one, else the id its text would get."""
+
+    def trace(self, path: str | os.PathLike[str]) -> JobResult:
+        """The ``failed`` result that records, in the results, that this line was skipped."""
+        return JobResult(
+            job_id=self.job_id,
+            status=JobStatus.FAILED,
+            error=(
+                f"not scored: line {self.number} of {path} is not a valid job ({self.reason}); "
+                "it was skipped (--skip-invalid). Fix the line and run chalk score again"
+            ),
+        )
 
 
 def stable_id(raw_line: str, judge: str = "") -> str:
@@ -135,6 +148,29 @@ def stable_id(raw_line: str, judge: str = "") -> str:
     """
     text = raw_line.strip() + ("\n" + judge if judge else "")
     return "sha256-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _line_id(raw: str, data: Any = None) -> str:
+    """The id of a line that is not a valid job: its own ``id`` if usable, else from its bytes.
+
+    A line whose JSON holds ``NaN`` keeps its ``id`` too (read leniently, for that only).
+    """
+    if data is None:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            data = None
+    own = data.get("id") if isinstance(data, dict) else None
+    if isinstance(own, str) and 0 < len(own) <= 512:
+        return own
+    text = raw.strip().encode("utf-8", "surrogateescape")
+    return "sha256-" + hashlib.sha256(text).hexdigest()[:32]
+
+
+_NO_JUDGE = (
+    'the line has no "judge" and no "steps", and no --judge was given: add one to the line, '
+    "or give every line without one the same judge with chalk score --judge JUDGE.json"
+)
 
 
 def _text_problem(raw: str) -> str | None:
@@ -167,18 +203,23 @@ def read_rollouts(
                 continue
             problem = _text_problem(raw)
             if problem is not None:
-                yield BadLine(number, problem)
+                yield BadLine(number, problem, _line_id(raw))
                 continue
             try:
                 data = _loads(raw)
             except RecursionError:
-                yield BadLine(number, "its JSON is nested too deeply to read")
+                yield BadLine(number, "its JSON is nested too deeply to read", _line_id(raw))
                 continue
             except ValueError as exc:
-                yield BadLine(number, f"not valid JSON: {exc}")
+                yield BadLine(number, f"not valid JSON: {exc}", _line_id(raw))
                 continue
             if not isinstance(data, dict):
-                yield BadLine(number, "a rollout line must be a JSON object (a ScoringJob)")
+                yield BadLine(
+                    number, "a rollout line must be a JSON object (a ScoringJob)", _line_id(raw)
+                )
+                continue
+            if data.get("judge") is None and data.get("steps") is None and not default.fills(data):
+                yield BadLine(number, _NO_JUDGE, _line_id(raw, data))
                 continue
             if data.get("id") is None:
                 data["id"] = stable_id(raw, default.canonical if default.fills(data) else "")
@@ -186,10 +227,10 @@ def read_rollouts(
             try:
                 job = ScoringJob.model_validate(data)
             except ValidationError as exc:
-                yield BadLine(number, describe_errors(exc))
+                yield BadLine(number, describe_errors(exc), _line_id(raw, data))
                 continue
             except RecursionError:
-                yield BadLine(number, "a value in it is nested too deeply to read")
+                yield BadLine(number, "a value in it is nested too deeply to read", _line_id(raw))
                 continue
             yield job
 
@@ -206,6 +247,8 @@ class ResultsFile:
     path: Path
     done: frozenset[str] = frozenset()
     """Ids with a ``succeeded`` result: a re-run skips them (failed ones are scored again)."""
+    failures: Mapping[str, str] = field(default_factory=dict)
+    """Ids whose last result is ``failed``, with its error."""
     size: int = 0
     """The file's size when read."""
     end: int = 0
@@ -255,6 +298,7 @@ class ResultsFile:
     @classmethod
     def _scan(cls, results: Path) -> ResultsFile:
         done: set[str] = set()
+        failures: dict[str, str] = {}
         offset = end = 0
         with results.open("rb") as lines:
             for number, raw in enumerate(lines, start=1):
@@ -265,7 +309,7 @@ class ResultsFile:
                     result = JobResult.model_validate_json(raw.decode("utf-8"))
                 except (UnicodeDecodeError, ValidationError) as exc:
                     if not raw.endswith(b"\n") and raw.startswith(RESULT_START):
-                        return cls(results, frozenset(done), size=offset, end=end)
+                        return cls(results, frozenset(done), failures, size=offset, end=end)
                     text = not isinstance(exc, UnicodeDecodeError)
                     what = "is not a result of chalk score" if text else "is not UTF-8 text"
                     raise ConfigurationError(
@@ -275,7 +319,11 @@ class ResultsFile:
                     ) from None
                 if result.status is JobStatus.SUCCEEDED:
                     done.add(result.job_id)
-        return cls(results, frozenset(done), size=offset, end=offset)
+                    failures.pop(result.job_id, None)
+                else:
+                    done.discard(result.job_id)
+                    failures[result.job_id] = result.error or ""
+        return cls(results, frozenset(done), failures, size=offset, end=offset)
 
     def open(self) -> TextIO:
         """Open for appending, after removing a torn last line (and only that).

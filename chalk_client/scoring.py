@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -33,6 +34,33 @@ def _as_text(value: Any) -> str:
         return TOO_DEEP
 
 
+class ZeroCause(StrEnum):
+    """Why a verdict is a zero (or a failure verdict): the student's doing, or the grader's.
+
+    The reference scores all of these 0; the cause tells them apart without
+    reading the metadata, which stays exactly as the reference writes it.
+    """
+
+    GRADER_ERROR = "grader_error"
+    """The grader, not the student: a scoring script that could not start, was not found,
+    crashed (exited non-zero) or wrote no or malformed output; a working folder that is
+    missing or closed; a command that uses ``{submission}`` when the step has no file."""
+    TIMEOUT = "timeout"
+    """A scoring script (or a regex judge's searches) ran past its time limit."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """A scoring script's process tree went over its memory limit and was killed."""
+    MISBEHAVIOR = "misbehavior"
+    """The student tampered (a link, a device, a bomb, ...): ``metadata["misbehavior"]``."""
+    UNMATCHED_PATTERNS = "unmatched_patterns"
+    """A regex judge found some pattern missing: ``metadata["unmatched_patterns"]``."""
+    UNMET_CRITERIA = "unmet_criteria"
+    """A rubric judge whose criteria met add up to 0."""
+    SCRIPT_ZERO = "script_zero"
+    """A scoring script that ran well and wrote a score of 0."""
+    CUSTOM_ZERO = "custom_zero"
+    """A custom judge that returned 0 without a cause of its own."""
+
+
 class Scoring(BaseModel):
     """What a judge decided about one step.
 
@@ -50,6 +78,10 @@ class Scoring(BaseModel):
     continue_task: bool = True
     """Whether the task goes on to its next step."""
 
+    cause: ZeroCause | None = None
+    """Why the score is 0 (or why the step failed), set by the judge that decided it;
+    ``None`` for other scores. Results written before causes existed have none."""
+
     @field_validator("score")
     @classmethod
     def _finite(cls, score: float) -> float:
@@ -65,6 +97,15 @@ class Scoring(BaseModel):
         return metadata
 
     @classmethod
-    def fail(cls, reason_key: str, reason: str, **extra: str) -> Scoring:
-        """A zero that stops the task, with the reason under ``reason_key``."""
-        return cls(score=0.0, metadata={reason_key: reason, **extra}, continue_task=False)
+    def fail(
+        cls, reason_key: str, reason: str, *, cause: ZeroCause | None = None, **extra: str
+    ) -> Scoring:
+        """A zero that stops the task, with the reason under ``reason_key`` and its ``cause``."""
+        return cls(
+            score=0.0, metadata={reason_key: reason, **extra}, continue_task=False, cause=cause
+        )
+
+    @property
+    def grader_error(self) -> bool:
+        """Whether this verdict is the grader's failure rather than the student's zero."""
+        return self.cause is ZeroCause.GRADER_ERROR

@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,9 +75,23 @@ class Submission(BaseModel):
         return cls(tar=path.read_bytes())
 
     @classmethod
-    def from_files(cls, files: dict[str, str]) -> Submission:
-        """Text files by relative path, e.g. ``{"answer.txt": "3.12.11"}``."""
-        return cls(files=dict(files))
+    def from_files(cls, files: Mapping[str, str | bytes]) -> Submission:
+        """Files made in memory, by relative path: ``{"answer.txt": "3.12.11", "a/b.bin": b".."}``.
+
+        Text only stays a ``files`` map (readable JSON); with any bytes, the files
+        are archived (``tar``). Either way the worker unpacks them the same way.
+        """
+        if all(isinstance(content, str) for content in files.values()):
+            return cls(files={name: str(content) for name, content in files.items()})
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for name, content in files.items():
+                data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o644
+                archive.addfile(info, io.BytesIO(data))
+        return cls(tar=buffer.getvalue())
 
     def archive_bytes(self) -> bytes:
         """The submission as tar bytes (a ``files`` map is archived on the fly)."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chalk_client.cluster.submit import JobState
 from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.progress import describe_causes, grader_error_message
+from chalk_client.scoring import ZeroCause
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import JobStore
 from chalk_client.usage import TokenUsage
@@ -36,6 +39,15 @@ class BatchSummary:
     """LLM tokens the finished jobs' verdicts used (``chalk_client.usage``)."""
     cost: float | None = None
     """Their estimated cost in USD, when a price is configured."""
+    zeros: Counter[ZeroCause | None] = field(default_factory=Counter)
+    """Succeeded jobs scored 0 (or given a failure verdict), by ``ZeroCause``."""
+    first_grader_error: tuple[str, str] | None = None
+    """``(job id, message)`` of the first grader error found."""
+
+    @property
+    def grader_errors(self) -> int:
+        """Succeeded jobs whose verdict is a grader error: the grader's zero, not the student's."""
+        return self.zeros[ZeroCause.GRADER_ERROR]
 
     @property
     def done(self) -> int:
@@ -59,6 +71,14 @@ class BatchSummary:
             f"failed {self.failed}" + (f", unknown {self.unknown}" if self.unknown else ""),
             f"  mean score: {mean}",
         ]
+        if self.zeros:
+            lines.append(f"  zeros by cause: {describe_causes(self.zeros)}")
+        if self.first_grader_error is not None:
+            job_id, message = self.first_grader_error
+            lines.append(
+                f"  WARNING: {self.grader_errors} grader error(s): scored 0 because the scoring "
+                f"script failed, not the student; first, {job_id}: {message}"
+            )
         if self.tokens.total:
             lines.append(f"  LLM: {self.tokens.describe(self.cost)}")
         lines.extend(f"  failed {job_id}: {error}" for job_id, error in self.failures)
@@ -85,6 +105,8 @@ def summarize(
     failures: list[tuple[str, str]] = []
     pending = iter(states)
     tokens = TokenUsage()
+    zeros: Counter[ZeroCause | None] = Counter()
+    first_grader_error: tuple[str, str] | None = None
     for job_id, result in zip(job_ids, results, strict=True):
         if result is None:
             state = next(pending)
@@ -97,6 +119,10 @@ def summarize(
         tokens = tokens + TokenUsage.of_result(result)
         if result.status is JobStatus.SUCCEEDED:
             scores.append(result.score or 0.0)
+            if result.cause is not None or result.score == 0:
+                zeros[result.cause] += 1
+            if result.grader_error and first_grader_error is None:
+                first_grader_error = (job_id, grader_error_message(result))
         elif len(failures) < FAILURES_KEPT:
             failures.append((job_id, result.error or "no error recorded"))
     return BatchSummary(
@@ -111,6 +137,8 @@ def summarize(
         batch_id=batch_id,
         tokens=tokens,
         cost=None if settings is None else tokens.cost(settings),
+        zeros=zeros,
+        first_grader_error=first_grader_error,
     )
 
 

@@ -34,6 +34,24 @@ from chalk_worker.loop_redis import close_loop_redis, loop_redis
 from chalk_worker.rate_limit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+SETTINGS_NOTE = (
+    "LLM settings (OPENAI_BASE_URL, OPENAI_API_KEY, CHALK_RUBRIC_MODEL, CHALK_LLM_*) are read "
+    "by the process that scores the job, here {worker}: on a cluster, set them where the "
+    "workers run (not where chalk score runs); `chalk health` shows each worker's LLM server "
+    "and model"
+)
+"""Added to the errors a client sees when the LLM cannot be used: whose settings count."""
+
+
+def configured_base_url(settings: ChalkSettings) -> str:
+    """The server rubric judges ask: ``CHALK_LLM_BASE_URL``, ``OPENAI_BASE_URL`` or OpenAI's."""
+    return settings.llm_base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
+
+
+def configured_api_key(settings: ChalkSettings) -> str | None:
+    """The API key rubric judges send: ``CHALK_LLM_API_KEY`` or ``OPENAI_API_KEY``; ``None``."""
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return key or os.environ.get("OPENAI_API_KEY") or None
 
 
 @dataclass(frozen=True)
@@ -48,9 +66,8 @@ class LLMServer:
     @classmethod
     def from_settings(cls, settings: ChalkSettings) -> LLMServer:
         """The server the settings name, falling back to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
-        base_url = settings.llm_base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
-        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-        key = key or os.environ.get("OPENAI_API_KEY")
+        base_url = configured_base_url(settings)
+        key = configured_api_key(settings)
         if not key:
             if base_url == OPENAI_DEFAULT_URL:
                 raise LLMUnavailableError(

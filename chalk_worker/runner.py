@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 from chalk_client.errors import JudgeError, StudentMisbehaviorError
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
-from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
+from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.llm import close_llm_clients
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
@@ -125,10 +125,11 @@ async def _score_steps(
         )
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
-        return [Scoring.fail("misbehavior", str(exc))], timings
+        return [Scoring.fail("misbehavior", str(exc), cause=ZeroCause.MISBEHAVIOR)], timings
     timings["collect"] = time.perf_counter() - started
     started = time.perf_counter()
     llm_budget = LLMBudget(settings.rubric_deadline_s)
+    waits = JudgeWaits()
     steps: list[Scoring] = []
     for step in job.scored_steps():
         context = JudgeContext(
@@ -139,15 +140,18 @@ async def _score_steps(
             limits=limits,
             settings=settings,
             llm_budget=llm_budget,
+            waits=waits,
         )
         try:
             scoring = await evaluate(step.judge, context)
         except StudentMisbehaviorError as exc:
-            scoring = Scoring.fail("misbehavior", str(exc))
+            scoring = Scoring.fail("misbehavior", str(exc), cause=ZeroCause.MISBEHAVIOR)
         steps.append(scoring)
         if not scoring.continue_task:
             break
     timings["judge"] = time.perf_counter() - started
+    if waits.sandbox_runs:
+        timings["sandbox_wait"] = waits.sandbox_s  # a part of "judge"
     return steps, timings
 
 

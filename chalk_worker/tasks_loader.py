@@ -1,10 +1,13 @@
 """Import the task packages that register custom judges and contexts.
 
-For every package directly under ``tasks/``, its ``judges`` and ``contexts``
-modules are imported (the package ``__init__`` stays light, because scoring
-scripts run as ``python -m tasks.<task>.<script>`` import it on every start),
-then every module named in ``CHALK_TASK_MODULES``. A package that fails to import is logged and
-remembered, so a job naming one of its judges says why it is missing.
+For every package directly under ``tasks/``, the worker imports the package
+itself, its ``judges`` and ``contexts`` modules, and every other module of the
+package (in subpackages too) whose source calls ``register_judge`` or
+``register_context``; then every module named in ``CHALK_TASK_MODULES``.
+Modules that register nothing, scoring scripts above all, are not imported: a
+script without an ``if __name__ == "__main__":`` guard must never run inside
+the worker. A module that fails to import is logged and remembered, so a job
+naming one of its judges says why it is missing, and which modules were imported.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import importlib
 import importlib.util
 import logging
 import pkgutil
+import re
 import threading
+from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
 
@@ -25,6 +30,12 @@ _scanned = False
 """Whether ``tasks/`` was scanned already: once per process, not per job."""
 import_failures: dict[str, str] = {}
 """Module name → why it could not be imported."""
+ALWAYS = ("judges", "contexts")
+"""Modules of a task package imported whether or not they seem to register anything."""
+REGISTERS = re.compile(rb"\bregister_(?:judge|context)\b")
+"""What the source of a module that registers a custom judge or context holds."""
+MAX_SOURCE_BYTES = 1024 * 1024
+"""How much of a file is read to look for a registration."""
 
 
 def _import(name: str) -> None:
@@ -36,6 +47,39 @@ def _import(name: str) -> None:
     except Exception as exc:  # a broken task package must not take the worker down
         import_failures[name] = f"{type(exc).__name__}: {exc}"
         log.error("could not import task module %s: %s", name, import_failures[name])
+
+
+def _registers(path: Path) -> bool:
+    """Whether the source file at ``path`` mentions ``register_judge`` or ``register_context``."""
+    try:
+        with path.open("rb") as source:
+            return REGISTERS.search(source.read(MAX_SOURCE_BYTES)) is not None
+    except OSError:
+        return False
+
+
+def task_modules(package: str, folder: Path) -> list[str]:
+    """The modules of the task package ``package`` (in ``folder``) that the worker imports.
+
+    Its ``judges`` and ``contexts`` modules, and the others whose source registers
+    something; subpackages (folders with an ``__init__.py``) are searched too. Nothing
+    is imported to find them.
+    """
+    found: list[str] = []
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        if any(not part.isidentifier() for part in parts):
+            continue  # not importable: __pycache__, a hidden folder, "my-script.py"
+        packages = [folder.joinpath(*parts[:depth]) for depth in range(1, len(parts))]
+        if any(not (inside / "__init__.py").is_file() for inside in packages):
+            continue  # in a plain folder, not a subpackage
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+            if not parts:
+                continue  # the package itself: imported anyway
+        if parts[-1] in ALWAYS or _registers(path):
+            found.append(".".join((package, *parts)))
+    return found
 
 
 def load_task_modules(settings: ChalkSettings) -> None:
@@ -54,16 +98,22 @@ def load_task_modules(settings: ChalkSettings) -> None:
                 _import(package.name)
                 spec = importlib.util.find_spec(package.name)
                 folders = (spec.submodule_search_locations if spec else None) or []
-                for module in pkgutil.iter_modules(folders):
-                    if module.name in ("judges", "contexts"):
-                        _import(f"{package.name}.{module.name}")
+                for folder in folders:
+                    for name in task_modules(package.name, Path(folder)):
+                        _import(name)
         for name in settings.task_modules:
             _import(name)
 
 
 def failures_note() -> str:
-    """A sentence naming task modules that failed to import, or ``""``."""
-    if not import_failures:
-        return ""
-    listed = "; ".join(f"{name} ({why})" for name, why in sorted(import_failures.items()))
-    return f" Task modules that failed to import: {listed}."
+    """Sentences for an unknown-judge error: the task modules imported, and those that failed."""
+    imported = sorted(_loaded - set(import_failures))
+    note = (
+        f" This worker imported {', '.join(imported) or 'no task module'}: in each package "
+        "under tasks/, the package, its judges and contexts modules and every module that "
+        "calls register_judge or register_context; and the modules in CHALK_TASK_MODULES."
+    )
+    if import_failures:
+        listed = "; ".join(f"{name} ({why})" for name, why in sorted(import_failures.items()))
+        note += f" Task modules that failed to import: {listed}."
+    return note

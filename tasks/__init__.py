@@ -1,5 +1,7 @@
 """Grading tasks the workers can run, one package per task.
 
-Each package under ``tasks/`` is imported by the worker at start, so a task
-registers its custom judges and rubric contexts in its ``__init__``.
+The worker imports each package under ``tasks/``, its ``judges`` and
+``contexts`` modules, and every other module of it that calls
+``register_judge`` or ``register_context`` (scoring scripts are not imported:
+they run sandboxed, as ``python -m tasks.<task>.<script>``).
 """

@@ -40,6 +40,12 @@ class WorkerPresence(BaseModel):
     """Where it serves Prometheus metrics (``CHALK_METRICS_PORT``), if it does."""
     running: int | None = None
     """Jobs it is scoring now (known for the threads pool)."""
+    llm_server: str | None = None
+    """The OpenAI-compatible server its rubric judges ask (a password in it hidden)."""
+    llm_model: str | None = None
+    """The model of its rubric judges that name none (``CHALK_RUBRIC_MODEL``)."""
+    llm_key: bool | None = None
+    """Whether it has an API key for that server; the key itself is never published."""
 
 
 def read_workers(client: redis.Redis) -> list[WorkerPresence]:

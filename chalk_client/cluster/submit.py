@@ -163,6 +163,20 @@ return 'waiting'
 )
 
 
+CLEAR_FINISHED = Script(
+    "clear-finished",
+    """
+-- KEYS: result, job, owner
+-- Clears a finished job's result and record so that the next submit scores it again:
+-- 'running' (a worker holds the job: left alone), 'none' (no result), or 'cleared'.
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'running' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'none' end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 'cleared'
+""",
+)
+
+
 def chunks(items: Sequence[PreparedJob], size: int = CHUNK) -> Iterator[Sequence[PreparedJob]]:
     """``items`` in consecutive slices of at most ``size``."""
     for start in range(0, len(items), size):
@@ -359,3 +373,10 @@ def chunk_replies(
         failed.get(job.digest, reply if isinstance(reply, Exception) else as_text(reply))
         for job, reply in zip(chunk, replies[len(writes) :], strict=True)
     ]
+
+
+def queue_clear_finished(pipe: Pipeline, job_id: str) -> None:
+    """Queue clearing a finished job so that it is scored again (``chalk score --rescore``)."""
+    queue_script(
+        pipe, CLEAR_FINISHED, [keys.result(job_id), keys.job(job_id), keys.owner(job_id)], []
+    )

@@ -29,6 +29,18 @@ class JudgeContext:
     settings: ChalkSettings
     llm_budget: LLMBudget | None = None
     """The job's time for LLM grading, shared by its rubric judges (``None``: a fresh one)."""
+    waits: JudgeWaits | None = None
+    """Where the job's evaluators add the time they waited (``None``: not counted)."""
+
+
+@dataclass
+class JudgeWaits:
+    """Time a job's judges spent waiting rather than judging: ``timings["sandbox_wait"]``."""
+
+    sandbox_s: float = 0.0
+    """Seconds scoring scripts waited for a free sandbox slot (one per core)."""
+    sandbox_runs: int = 0
+    """Scoring scripts run."""
 
 
 @dataclass

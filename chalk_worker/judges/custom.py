@@ -9,7 +9,7 @@ from typing import Any
 from chalk_client.custom import Judge, registered_judge
 from chalk_client.errors import JudgeError, UnknownJudgeError
 from chalk_client.judge_specs import CustomJudge
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.tasks_loader import failures_note
 
@@ -39,4 +39,6 @@ async def evaluate_custom(judge: CustomJudge, context: JudgeContext) -> Scoring:
         raise JudgeError(
             f"custom judge {judge.name!r} returned {type(outcome).__name__}, not a Scoring"
         )
+    if outcome.score == 0 and outcome.cause is None:
+        return outcome.model_copy(update={"cause": ZeroCause.CUSTOM_ZERO})
     return outcome

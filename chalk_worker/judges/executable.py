@@ -9,13 +9,14 @@ import os
 import signal
 import stat
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.sandbox.bwrap import import_roots
@@ -23,6 +24,7 @@ from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.session import SandboxSession, get_sandbox
 
+GRADER_ERROR = ZeroCause.GRADER_ERROR
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
 
@@ -100,35 +102,46 @@ def _verdict(
 ) -> Scoring:
     captured = {"stdout": outcome.stdout, "stderr": outcome.stderr}
     if outcome.start_error is not None:
-        return Scoring.fail("error", outcome.start_error, **captured)
+        return Scoring.fail("error", outcome.start_error, cause=GRADER_ERROR, **captured)
     if outcome.timed_out:
         return Scoring.fail(
-            "error", f"the script timed out after {outcome.duration_s:.1f} s", **captured
+            "error",
+            f"the script timed out after {outcome.duration_s:.1f} s",
+            cause=ZeroCause.TIMEOUT,
+            **captured,
         )
     if outcome.returncode != 0:
         # A script that exits 0 is judged by its file, even if a child of it (the
         # student's program, say) ran out of memory and the script handled that.
         if outcome.memory_exceeded:
             why = f"ran out of memory (limit {memory_mb} MiB)"
+            cause = ZeroCause.OUT_OF_MEMORY
         else:
-            why = _ending(outcome)
-        return Scoring.fail("error", f"the script {why}", **captured)
+            why, cause = _ending(outcome), GRADER_ERROR
+        return Scoring.fail("error", f"the script {why}", cause=cause, **captured)
     data, problem = _read_score_file(output)
     if data is None:
-        return Scoring.fail("error", problem, **captured)
+        return Scoring.fail("error", problem, cause=GRADER_ERROR, **captured)
     score, metadata = data["score"], data["metadata"]
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score):
         return Scoring.fail(
-            "error", f'"score" must be a finite number, got {_short(score)}', **captured
+            "error",
+            f'"score" must be a finite number, got {_short(score)}',
+            cause=GRADER_ERROR,
+            **captured,
         )
     if not isinstance(metadata, dict):
         return Scoring.fail(
-            "error", f'"metadata" must be an object, got {_short(metadata)}', **captured
+            "error",
+            f'"metadata" must be an object, got {_short(metadata)}',
+            cause=GRADER_ERROR,
+            **captured,
         )
     return Scoring(
         score=float(score),
         metadata={**metadata, **captured},
         continue_task=score >= judge.continue_threshold,
+        cause=ZeroCause.SCRIPT_ZERO if score == 0 else None,
     )
 
 
@@ -206,7 +219,9 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         cwd = Path(_fill(judge.cwd, context)) if judge.cwd else session.home
         readonly = [context.submission_dir]
         if not cwd.is_dir():
-            return Scoring.fail("error", f"the working directory {cwd} does not exist")
+            return Scoring.fail(
+                "error", f"the working directory {cwd} does not exist", cause=GRADER_ERROR
+            )
         if context.settings.allowed_commands and _within(cwd, context.submission_dir):
             # There, the student's files would be found first: `python -m tasks.x` would
             # import a `tasks` package from the submission, `./grade.sh` would be theirs.
@@ -222,6 +237,7 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 "error",
                 f"the working directory {cwd} is not visible inside the sandbox; use a folder "
                 "under {submission_dir} or one listed in CHALK_SANDBOX_PATHS",
+                cause=GRADER_ERROR,
             )
         if session.slot is not None and cwd.stat().st_mode & 0o005 != 0o005:
             return Scoring.fail(
@@ -229,6 +245,7 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 f"the working directory {cwd} is closed to other users (mode "
                 f"{cwd.stat().st_mode & 0o777:o}) and scripts run as an unprivileged user; "
                 "make it readable and searchable by others (chmod o+rx)",
+                cause=GRADER_ERROR,
             )
         env = _script_env(session.home, isolated=sandbox.layers.bwrap is not None)
         outcome = session.run(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
@@ -243,7 +260,17 @@ async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> 
     uses_submission = any("{submission}" in word for word in judge.command)
     if uses_submission and not context.saved_submissions:
         return Scoring.fail(
-            "error", "the command uses {submission} but the step has no submission file"
+            "error",
+            "the command uses {submission} but the step has no submission file",
+            cause=GRADER_ERROR,
         )
+    queued = time.perf_counter()
+
+    def run() -> Scoring:
+        if context.waits is not None:  # a slot is free: the wait for one ends here
+            context.waits.sandbox_s += time.perf_counter() - queued
+            context.waits.sandbox_runs += 1
+        return _judge(judge, context)
+
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), _judge, judge, context)
+    return await loop.run_in_executor(_executor(), run)

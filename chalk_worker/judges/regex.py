@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from chalk_client.errors import JudgeError
 from chalk_client.judge_specs import RegexJudge
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.regex_pool import regex_pool
 
@@ -45,6 +45,7 @@ async def evaluate_regex(judge: RegexJudge, context: JudgeContext) -> Scoring:
             "error",
             f"{what} did not finish within {limit:g} s (the limit regex_timeout_s, "
             f"CHALK_REGEX_TIMEOUT_S); {advice} or raise the limit",
+            cause=ZeroCause.TIMEOUT,
         )
     missed = [patterns[index].pattern for index in outcome.unmatched]
     if missed:
@@ -52,5 +53,6 @@ async def evaluate_regex(judge: RegexJudge, context: JudgeContext) -> Scoring:
             score=0.0,
             metadata={"unmatched_patterns": "\n".join(missed)},
             continue_task=False,
+            cause=ZeroCause.UNMATCHED_PATTERNS,
         )
     return Scoring(score=1.0, metadata={}, continue_task=True)

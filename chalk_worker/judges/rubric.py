@@ -26,16 +26,18 @@ the rubric judges of one job (``LLMBudget``).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 
 from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
-from chalk_client.scoring import Scoring
+from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
 from chalk_worker import metrics
 from chalk_worker.contexts import render_contexts
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
-from chalk_worker.llm import LLMServer, llm_pool
+from chalk_worker.llm import SETTINGS_NOTE, LLMServer, llm_pool
 from chalk_worker.verdicts import Verdict, ask_verdict
 
 
@@ -52,6 +54,10 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
     started = time.monotonic()
     try:
         return await _grade_all(judge, context, deadline=started + budget.left)
+    except LLMUnavailableError as exc:
+        # The user reading this may have set OPENAI_* where the client runs, not here.
+        where = f"{socket.gethostname()}:{os.getpid()}"
+        raise LLMUnavailableError(f"{exc}. {SETTINGS_NOTE.format(worker=where)}") from exc
     finally:
         budget.spent += time.monotonic() - started
 
@@ -129,4 +135,9 @@ async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: flo
     metadata["rubric_cached"] = str(sum(v.cached for v in verdicts.values()))
     metadata[PROMPT_TOKENS] = str(sum(v.prompt_tokens for v in verdicts.values()))
     metadata[COMPLETION_TOKENS] = str(sum(v.completion_tokens for v in verdicts.values()))
-    return Scoring(score=score, metadata=metadata, continue_task=score >= judge.continue_threshold)
+    return Scoring(
+        score=score,
+        metadata=metadata,
+        continue_task=score >= judge.continue_threshold,
+        cause=ZeroCause.UNMET_CRITERIA if score == 0 else None,
+    )

@@ -2,6 +2,7 @@
 
 ``scoring_script`` is its executable judge; ``judges`` registers a custom judge,
 ``final_message_contains``, to show how task packages add their own. The
-worker imports ``judges`` (and ``contexts``) modules of every task package;
-keeping this ``__init__`` empty keeps scoring scripts quick to start.
+worker imports the modules of every task package that register something
+(``judges`` and ``contexts`` always); keeping this ``__init__`` empty keeps
+scoring scripts quick to start.
 """

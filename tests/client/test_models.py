@@ -170,8 +170,18 @@ def test_regex_accepts_flags_by_name_and_refuses_bad_patterns():
         RegexJudge([{"pattern": "x", "flags": ["SHOUTING"]}])
 
 
+def test_a_command_given_as_one_string_is_refused_with_the_list_it_meant():
+    with pytest.raises(ValidationError) as refused:
+        ExecutableJudge("{python} -m tasks.t.score '{submission}' out.txt")  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert "a list of arguments, not one string" in message
+    assert '["{python}", "-m", "tasks.t.score", "{submission}", "out.txt"]' in message
+    with pytest.raises(ValidationError, match="not one string"):
+        ScoringJob.model_validate_json('{"judge": {"type": "executable", "command": "x out"}}')
+
+
 def test_executable_judge_needs_an_output_file_name():
-    assert ExecutableJudge("python score.py out.txt").command == ["python", "score.py", "out.txt"]
+    assert ExecutableJudge(["python", "score.py", "out.txt"]).command[-1] == "out.txt"
     with pytest.raises(ValidationError, match="output file"):
         ExecutableJudge(["score-only"])
     with pytest.raises(ValidationError, match="output file"):

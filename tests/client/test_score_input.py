@@ -11,18 +11,19 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 
 from chalk_client import JobResult, JobStatus, ScoringJob, cli, cluster_cli
 from chalk_client.errors import ConfigurationError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
-from chalk_client.progress import ProgressBar, Tally
+from chalk_client.progress import ResultSink
 from chalk_client.records import prepare_job
 from chalk_client.rollouts import stable_id
 
 Run = Callable[..., tuple[int, str, str]]
+
 SAID_HI = {"transcript": {"messages": [{"role": "assistant", "content": "hi"}]}}
 
 
@@ -152,7 +153,7 @@ def test_resume_drops_only_a_torn_last_line_and_keeps_earlier_failures(chalk, tm
     complete = results.read_bytes()
     results.write_bytes(complete + '{"job_id":"broken","status":"succ\xe9'.encode()[:-1])
     code, _, err = chalk("score", rollouts, "--out", results)
-    assert code == 1 and "Skipped 1 jobs already scored" in err
+    assert code == 1 and "Skipped 1 job already scored" in err
     assert results.read_bytes().startswith(complete)  # nothing written before was removed
     assert [(r.job_id, r.status) for r in results_of(results)][-1] == ("broken", JobStatus.FAILED)
     assert len(results_of(results)) == 3
@@ -234,7 +235,10 @@ def test_invalid_utf8_is_a_bad_line_with_its_number(chalk, tmp_path, judge):
     assert f"{rollouts}:2: invalid job: not UTF-8 text (byte 0xff" in err
     code, out, _ = chalk("score", rollouts, "--judge", judge, "--skip-invalid")
     assert code == 0
-    assert sorted(JobResult.model_validate_json(x).job_id for x in out.splitlines()) == ["a", "c"]
+    results = {r.job_id: r for r in map(JobResult.model_validate_json, out.splitlines())}
+    assert sorted(results) == ["a", "b", "c"]  # the bad line keeps its id in its trace
+    skipped = [r for r in results.values() if r.status is JobStatus.FAILED]
+    assert len(skipped) == 1 and "line 2 of" in (skipped[0].error or "")
 
 
 @pytest.mark.parametrize(
@@ -253,9 +257,13 @@ def test_nan_and_infinity_make_a_bad_line_with_its_number(chalk, tmp_path, judge
     assert code == 2 and out == ""
     assert f"{rollouts}:2: invalid job: not valid JSON:" in err and "finite" in err
     code, out, _ = chalk("score", rollouts, "--judge", judge, "--skip-invalid")
-    assert code == 0 and [JobResult.model_validate_json(x).job_id for x in out.splitlines()] == [
-        "a"
+    results = [JobResult.model_validate_json(x) for x in out.splitlines()]
+    # The skipped line is in the output as a failed result under its own id, saying why.
+    assert code == 0 and [(r.job_id, r.status) for r in results] == [
+        ("n", JobStatus.FAILED),
+        ("a", JobStatus.SUCCEEDED),
     ]
+    assert "line 2 of" in (results[0].error or "") and "--skip-invalid" in (results[0].error or "")
 
 
 def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
@@ -263,13 +271,11 @@ def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
 ):
     sent: list[ScoringJob] = []
 
-    def fake_cluster(jobs: Iterable[ScoringJob], out: TextIO, tally: Tally, bar: ProgressBar):
+    def fake_cluster(jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool) -> None:
         for job in jobs:
             prepare_job(job)  # what ChalkClient.submit_batch does first: it must not refuse
             sent.append(job)
-            result = JobResult(job_id=job.id or "", status=JobStatus.SUCCEEDED)
-            out.write(result.model_dump_json() + "\n")
-            tally.add(result)
+            sink.write(JobResult(job_id=job.id or "", status=JobStatus.SUCCEEDED))
 
     monkeypatch.setenv("CHALK_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setattr(cli, "score_on_cluster", fake_cluster)
@@ -393,3 +399,70 @@ def test_a_malformed_redis_url_is_a_one_line_error(chalk, rollouts, judge, monke
     code, _, err = chalk(*args)
     line = one_line(err)
     assert code == 2 and line.startswith(f"chalk {command}: ") and "secret" not in line
+
+
+# choosing what to score: --limit, --only, --rescore
+
+
+@pytest.fixture
+def five(tmp_path: Path) -> Path:
+    """Five jobs, ids j1..j5, each saying its own number."""
+    lines = [
+        {"id": f"j{n}", "transcript": {"messages": [{"role": "assistant", "content": f"n={n}"}]}}
+        for n in range(1, 6)
+    ]
+    return write_lines(tmp_path / "five.jsonl", lines)
+
+
+def ids_of(path: Path) -> list[str]:
+    return [result.job_id for result in results_of(path)]
+
+
+def test_limit_scores_the_next_n_jobs_still_to_score(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--limit", "2")
+    assert code == 0 and sorted(ids_of(out)) == ["j1", "j2"]
+    assert "Scored 2 jobs" in err
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--limit", "2")
+    assert code == 0 and sorted(ids_of(out)) == ["j1", "j2", "j3", "j4"]
+    assert "Skipped 2 jobs already scored" in err
+    code, _, _ = chalk("score", five, "--judge", judge, "--out", out, "--limit", "0")
+    assert code == 2  # at least 1
+
+
+def test_only_scores_the_jobs_named(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    code, _, _ = chalk(
+        "score", five, "--judge", judge, "--out", out, "--only", "j4,j2", "--only", "j5"
+    )
+    assert code == 0 and sorted(ids_of(out)) == ["j2", "j4", "j5"]
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,nope,j9")
+    assert code == 2 and sorted(ids_of(out)) == ["j2", "j4", "j5"]  # nothing scored
+    assert "--only names 2 id(s)" in err and "j9" in err and "nope" in err
+
+
+def test_rescore_scores_again_what_out_holds_and_appends(chalk, five, judge, tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,j2")[0] == 0
+    before = out.read_text()
+    code, _, err = chalk("score", five, "--judge", judge, "--out", out, "--only", "j1,j2")
+    assert code == 0 and out.read_text() == before  # skipped, and the summary says how to redo
+    assert "Skipped 2 jobs already scored" in err and "--rescore" in err
+    code, _, err = chalk(
+        "score", five, "--judge", judge, "--out", out, "--only", "j1,j2", "--rescore"
+    )
+    assert code == 0 and "Scored 2 jobs" in err
+    assert out.read_text().startswith(before) and sorted(ids_of(out)) == ["j1", "j1", "j2", "j2"]
+    assert "(all runs): 2 jobs, 2 succeeded" in err  # the last line per id counts once
+
+
+def test_the_progress_line_counts_grader_errors():
+    from chalk_client.progress import Tally
+    from chalk_client.scoring import Scoring, ZeroCause
+
+    tally = Tally(total=3)
+    crash = Scoring.fail("error", "the script exited with status 1", cause=ZeroCause.GRADER_ERROR)
+    tally.add(JobResult(job_id="x", status=JobStatus.SUCCEEDED, scoring=crash, steps=[crash]))
+    tally.add(JobResult(job_id="y", status=JobStatus.SUCCEEDED, scoring=Scoring(score=1)))
+    assert tally.line().startswith("2/3 scored, 0 failed, 1 grader error, mean score 0.500")
+    assert tally.first_grader_error == ("x", "the script exited with status 1")

@@ -24,6 +24,7 @@ from chalk_client import (
     ScoringJob,
     Submission,
 )
+from chalk_client.errors import NoLiveWorkerError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
 
 
@@ -233,3 +234,27 @@ def test_the_message_the_client_writes_is_the_one_celery_would_send(own_redis_ur
     assert base64.b64decode(ours["body"]) == base64.b64decode(theirs["body"])
     assert ours["headers"]["task"] == theirs["headers"]["task"] == "chalk.score"
     assert ours["headers"]["argsrepr"] == theirs["headers"]["argsrepr"]
+
+
+def test_a_program_can_wait_for_the_workers_to_be_ready(own_redis_url, start_worker):
+    client = ChalkClient(own_redis_url)
+    assert client.workers() == []
+    started = time.monotonic()
+    with pytest.raises(NoLiveWorkerError) as refused:
+        client.wait_for_workers(timeout=0.5)
+    assert 0.5 <= time.monotonic() - started < 3
+    assert "0 of the 1 live worker(s) asked for after 0.5 s" in str(refused.value)
+    assert "`chalk worker`" in str(refused.value)
+    worker = start_worker(own_redis_url, wait=False, env={"CHALK_RUBRIC_MODEL": "m-1"})
+    (ready,) = client.wait_for_workers(timeout=60)
+    assert ready.node.startswith(worker.name + "@") and ready.queue == "chalk"
+    assert ready.llm_model == "m-1" and ready.sandbox  # what chalk health shows of it
+    # Ready means taking jobs: a job sent now is scored.
+    assert client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=30).score == 1
+
+    async def from_asyncio() -> list[str]:
+        async with AsyncChalkClient(own_redis_url) as aclient:
+            return [w.node for w in await aclient.wait_for_workers(timeout=5)]
+
+    assert asyncio.run(from_asyncio()) == [ready.node]
+    client.close()

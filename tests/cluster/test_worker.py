@@ -366,3 +366,13 @@ def test_a_malformed_broadcast_is_dropped_and_the_worker_goes_on(own_redis_url, 
     log = worker.text()
     assert "Unrecoverable error" not in log
     assert log.count("dropped a broadcast on celery.pidbox that is not a message") == 4
+
+
+def test_a_root_worker_says_why_running_as_root_is_right(shared_worker):
+    if os.geteuid() != 0:
+        pytest.skip("the worker runs as root only when started by root")
+    log = shared_worker.text()
+    note = log.index("chalk worker: running as root, as Chalk intends")
+    assert "scripts never run as root" in log[note:]
+    # Said before Celery's own warning, which a root worker always prints.
+    assert note < log.index("superuser privileges")

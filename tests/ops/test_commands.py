@@ -49,7 +49,12 @@ def test_health_reports_redis_the_queue_and_each_worker_with_its_sandbox(make_re
     assert "maxmemory-policy noeviction" in alone.stdout
     assert "AOF on (appendfsync everysec)" in alone.stdout
 
-    worker = start_worker(server.url, concurrency=3)
+    llm = {
+        "OPENAI_BASE_URL": "http://vllm.internal:8000/v1",
+        "OPENAI_API_KEY": "sk-never-shown-1234",
+        "CHALK_RUBRIC_MODEL": "Qwen/Qwen2.5-7B-Instruct",
+    }
+    worker = start_worker(server.url, concurrency=3, env=llm)
     ChalkClient(server.url).submit(ScoringJob(id="waiting", judge=AlwaysPassJudge()))
     report = chalk(server.url, "health")
     assert report.returncode == 0, report.stdout + report.stderr
@@ -61,6 +66,15 @@ def test_health_reports_redis_the_queue_and_each_worker_with_its_sandbox(make_re
     assert "sandbox layer rlimits: on" in out  # the worker's own probe, one line per layer
     layers = [line for line in out.splitlines() if line.startswith("      sandbox layer ")]
     assert len(layers) == 7
+    # The worker's own LLM settings (the client's do not count), never its key.
+    assert (
+        "      LLM: http://vllm.internal:8000/v1, model Qwen/Qwen2.5-7B-Instruct (API key set)"
+        in out
+    )
+    store = redis.Redis.from_url(server.url)
+    stored = b"".join(store.get(key) or b"" for key in store.scan_iter("chalk:worker:*"))
+    assert b"vllm.internal" in stored and b"sk-never-shown" not in stored
+    assert "sk-never-shown" not in out
     assert "status: OK" in out
 
     worker.proc.terminate()  # a stopping worker leaves the list at once

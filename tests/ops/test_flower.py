@@ -37,9 +37,19 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
-def start_flower(redis_url: str, log: Path, **env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """``chalk flower`` on a free loopback port."""
+def start_flower(
+    redis_url: str, log: Path, *, spaced: bool = False, **env: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``chalk flower`` on a free loopback port (``--port N`` if ``spaced``, else ``--port=N``)."""
     port = free_port()
+    flags = (
+        ["--port", str(port), "--address", "127.0.0.1"]
+        if spaced
+        else [
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ]
+    )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHALK_", "FLOWER_"))}
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -48,8 +58,7 @@ def start_flower(redis_url: str, log: Path, **env: str) -> tuple[subprocess.Pope
                 "-m",
                 "chalk_client.cli",
                 "flower",
-                f"--port={port}",
-                "--address=127.0.0.1",
+                *flags,
             ],
             env={**clean, "CHALK_REDIS_URL": redis_url, **env},
             cwd=ROOT,
@@ -121,8 +130,8 @@ def test_flower_shows_each_job_its_batch_and_failures(ops_redis, start_worker, f
     url = ops_redis.url
     # Flower with its API open (as a test needs), and one locked as docker-compose runs it.
     flower, port = start_flower(url, tmp_path / "flower.log", FLOWER_UNAUTHENTICATED_API="true")
-    locked, locked_port = start_flower(
-        url, tmp_path / "locked.log", FLOWER_BASIC_AUTH="admin:s3cret"
+    locked, locked_port = start_flower(  # with `--port 5555`, as every other command takes it
+        url, tmp_path / "locked.log", spaced=True, FLOWER_BASIC_AUTH="admin:s3cret"
     )
     flowers.extend([flower, locked])
     workers = [start_worker(url, concurrency=4) for _ in range(2)]

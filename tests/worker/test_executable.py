@@ -11,6 +11,7 @@ import pytest
 
 from chalk_client import ChalkSettings, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge
+from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job
 
 EXAMPLE = ["{python}", "-m", "tasks.example_task.scoring_script", "{submission}", "score.txt"]
@@ -38,6 +39,7 @@ def test_example_task_scores_the_answer(score, answer, expected):
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.score == expected
     assert result.scoring.continue_task  # the default threshold, -1, lets 0 continue
+    assert result.cause is (ZeroCause.SCRIPT_ZERO if expected == 0 else None)
 
 
 def test_output_file_is_the_last_argument_in_a_fresh_folder_deleted_after(score, script):
@@ -112,6 +114,9 @@ def test_every_broken_script_scores_zero_and_stops(score, script, body, reason):
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.score == 0.0 and result.scoring.continue_task is False
     assert reason in result.scoring.metadata["error"]
+    # The grader's failure, not the student's zero: told apart, the metadata unchanged.
+    assert result.cause is ZeroCause.GRADER_ERROR and result.grader_error
+    assert set(result.scoring.metadata) == {"error", "stdout", "stderr"}
 
 
 def test_missing_executable_scores_zero_and_stops(score):
@@ -119,6 +124,7 @@ def test_missing_executable_scores_zero_and_stops(score):
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.score == 0.0 and not result.scoring.continue_task
     assert "/no/such/program" in result.scoring.metadata["error"]
+    assert result.cause is ZeroCause.GRADER_ERROR
 
 
 def test_stdin_is_empty(score, script):
@@ -196,15 +202,21 @@ write({"score": 1, "metadata": {
     assert metadata["listing"] == json.dumps(["a.txt", "b.txt"])
 
 
-def test_a_path_the_student_never_wrote_is_passed_anyway(score):
+def test_a_path_the_student_never_wrote_is_passed_anyway(score, script):
+    reads = script("import sys; from pathlib import Path; Path(sys.argv[1]).read_text()")
     result = score(
-        judge=ExecutableJudge(EXAMPLE),
+        judge=ExecutableJudge(["{python}", reads, "{submission}", "out.json"]),
         submission_paths=["answer.txt"],
     )
-    # The example script does not check, so it crashes: the step scores 0.
+    # A script that does not check crashes: the step scores 0, a grader error.
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.score == 0 and not result.scoring.continue_task
     assert "FileNotFoundError" in result.scoring.metadata["stderr"]
+    assert result.cause is ZeroCause.GRADER_ERROR
+    # The example task's script checks: the student's zero, saying what was missing.
+    checked = score(judge=ExecutableJudge(EXAMPLE), submission_paths=["answer.txt"])
+    assert checked.score == 0 and checked.scoring.metadata["missing"] == "answer.txt"
+    assert checked.cause is ZeroCause.SCRIPT_ZERO
 
 
 def test_timeout_scores_zero_with_the_reason(score, script):
@@ -213,6 +225,7 @@ def test_timeout_scores_zero_with_the_reason(score, script):
     assert time.monotonic() - started < 20
     assert result.scoring.score == 0 and not result.scoring.continue_task
     assert "timed out" in result.scoring.metadata["error"]
+    assert result.cause is ZeroCause.TIMEOUT and not result.grader_error
 
 
 def survivors(marker: str) -> list[int]:

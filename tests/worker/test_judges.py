@@ -18,6 +18,7 @@ from chalk_client.judges import (
     StudentMisbehaviorError,
     register_judge,
 )
+from chalk_client.scoring import ZeroCause
 
 calls: list[str] = []
 
@@ -44,6 +45,15 @@ class TamperJudge(Judge):
 class BrokenJudge(Judge):
     def evaluate(self, transcript: Transcript) -> Scoring:
         raise ValueError("bug in the judge")
+
+
+@register_judge("test_cause")
+class CauseJudge(Judge):
+    def __init__(self, cause: str) -> None:
+        self.cause = ZeroCause(cause)
+
+    def evaluate(self, transcript: Transcript) -> Scoring:
+        return Scoring(score=0, metadata={}, continue_task=False, cause=self.cause)
 
 
 @register_judge("test_files")
@@ -82,6 +92,7 @@ def test_regex_fails_and_lists_the_patterns_that_did_not_match(score):
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.score == 0.0 and result.scoring.continue_task is False
     assert result.scoring.metadata["unmatched_patterns"].split("\n") == [r"\b42\b", "x"]
+    assert result.cause is ZeroCause.UNMATCHED_PATTERNS and not result.grader_error
 
 
 def test_regex_ignores_everything_but_assistant_text(score):
@@ -172,7 +183,10 @@ def test_misbehaviour_scores_zero_and_stops(score):
     result = score(judge=AlwaysPassJudge() & CustomJudge("test_tamper"))
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring == Scoring(
-        score=0.0, metadata={"misbehavior": "answer.txt is a symlink"}, continue_task=False
+        score=0.0,
+        metadata={"misbehavior": "answer.txt is a symlink"},
+        continue_task=False,
+        cause=ZeroCause.MISBEHAVIOR,
     )
 
 
@@ -191,6 +205,13 @@ def test_unknown_custom_judge_fails_the_job_naming_it(score):
     result = score(judge=CustomJudge("no_such_judge"))
     assert result.status is JobStatus.FAILED and result.scoring is None
     assert "no_such_judge" in result.error
+    # Where the worker looked: the modules it imported, and the rule it follows.
+    assert "This worker imported" in result.error
+    assert (
+        "tasks.example_task.judges" in result.error
+        and "tasks.python_function.checks" in result.error
+    )
+    assert "every module that calls register_judge or register_context" in result.error
 
 
 def test_custom_judge_with_wrong_params_fails_the_job(score):
@@ -209,7 +230,17 @@ def test_judges_from_task_packages_are_registered(score):
         transcript=say("I wrote answer.txt"),
         judge=CustomJudge("final_message_contains", {"expected": "answer.txt"}),
     )
-    assert result.scoring.score == 1.0
+    assert result.scoring.score == 1.0 and result.cause is None
+
+
+def test_a_custom_judge_s_zero_gets_a_cause_unless_it_gave_one(score):
+    result = score(
+        transcript=say("I wrote nothing"),
+        judge=CustomJudge("final_message_contains", {"expected": "answer.txt"}),
+    )
+    assert result.score == 0 and result.cause is ZeroCause.CUSTOM_ZERO
+    own = score(judge=CustomJudge("test_cause", {"cause": "timeout"}))
+    assert own.score == 0 and own.cause is ZeroCause.TIMEOUT
 
 
 def test_rubric_against_an_unreachable_server_fails_clearly(score, monkeypatch):

@@ -19,6 +19,7 @@ from support import say
 
 from chalk_client import ChalkSettings, JobStatus, ScoringJob
 from chalk_client.judges import RegexJudge
+from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job
 from chalk_worker.regex_pool import RegexPool, close_regex_pool, regex_pool
 from chalk_worker.runner import score_job_async
@@ -73,6 +74,7 @@ def test_a_catastrophic_pattern_ends_at_the_limit_with_an_error_verdict():
     assert f"the pattern {REDOS!r} did not finish within 1 s" in error
     assert "regex_timeout_s" in error and "CHALK_REGEX_TIMEOUT_S" in error
     assert list(result.scoring.metadata) == ["error"]
+    assert result.cause is ZeroCause.TIMEOUT
     assert 1.0 <= elapsed < 5.0
     killed = before - set(regex_pool().pids())
     assert len(killed) == 1 and all(gone(pid) for pid in killed)

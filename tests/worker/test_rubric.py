@@ -14,6 +14,7 @@ from support import say
 
 from chalk_client import ChalkSettings, JobResult, JobStatus, Scoring, ScoringJob, Step, Transcript
 from chalk_client.judges import CustomJudge, Judge, RubricJudge, register_judge
+from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job, score_job_async
 from chalk_worker.fake_openai import FakeOpenAI, Reply
 from chalk_worker.fake_openai import settings_for as fake_settings
@@ -54,6 +55,13 @@ def test_score_sums_the_weights_of_the_criteria_met(fake):
     assert result.status is JobStatus.SUCCEEDED
     assert result.score == pytest.approx(0.7)
     assert result.scoring.continue_task
+    assert result.cause is None
+
+
+def test_a_rubric_that_meets_nothing_is_a_zero_of_unmet_criteria(fake):
+    result = grade(settings_for(fake), rubric("names the cause", "proposes a fix"))
+    assert result.status is JobStatus.SUCCEEDED and result.score == 0
+    assert result.cause is ZeroCause.UNMET_CRITERIA and not result.grader_error
 
 
 def test_one_call_per_criterion_each_prompt_holding_only_its_own_criterion(fake):
@@ -152,6 +160,9 @@ def test_an_unreachable_server_fails_the_job_with_the_reason():
     result = grade(settings_for(url, llm_max_retries=1), rubric("a"))
     assert result.status is JobStatus.FAILED
     assert "could not be reached" in result.error and url in result.error
+    # Whose settings these are: the scoring process's, not the client's.
+    assert "are read by the process that scores the job" in result.error
+    assert "set them where the workers run" in result.error and "chalk health" in result.error
 
 
 def test_an_unreachable_server_fails_within_the_deadline():

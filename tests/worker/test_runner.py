@@ -161,3 +161,46 @@ def test_jobs_without_files_make_no_job_folder(tmp_path, monkeypatch):
     with_files = score_job(ScoringJob(judge=look, submission=Submission.from_files({"a": "1"})))
     assert with_files.scoring.metadata["listing"] != "[]"
     assert os.listdir(tmp_path) == []
+
+
+def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
+    from chalk_worker.embedded import score_stream
+    from chalk_worker.judges.executable import subprocess_slots
+
+    sleeper = script(
+        "import json, sys, time\ntime.sleep(0.4)\n"
+        "json.dump({'score': 1, 'metadata': {}}, open(sys.argv[-1], 'w'))"
+    )
+    jobs = [
+        ScoringJob(judge=ExecutableJudge(["{python}", sleeper, "out.json"]))
+        for _ in range(2 * subprocess_slots() + 1)
+    ]
+
+    async def all_of_them() -> list:
+        return [result async for result in score_stream(jobs)]
+
+    results = asyncio.run(all_of_them())
+    assert all(r.score == 1 for r in results)
+    waits = [r.timings["sandbox_wait"] for r in results]
+    assert all(0 <= r.timings["sandbox_wait"] <= r.timings["judge"] for r in results)
+    # More scripts than slots: the last ones waited for two rounds of 0.4 s.
+    assert max(waits) >= 0.7 and min(waits) < 0.2
+    regex_only = score_job(ScoringJob(transcript=say("hi"), judge=RegexJudge(["hi"])))
+    assert "sandbox_wait" not in regex_only.timings  # no script ran
+
+
+def test_a_submission_made_in_memory_from_text_and_bytes(score, script):
+    reader = script(
+        "import json, sys\nfrom pathlib import Path\nroot = Path(sys.argv[1])\n"
+        "json.dump({'score': 1, 'metadata': {'text': (root / 'answer.txt').read_text(), "
+        "'bytes': list((root / 'data' / 'blob.bin').read_bytes())}}, open(sys.argv[-1], 'w'))"
+    )
+    submission = Submission.from_files({"answer.txt": "42\n", "data/blob.bin": b"\x00\xff\x10"})
+    assert submission.tar is not None  # bytes: carried as an archive
+    assert Submission.from_files({"answer.txt": "42\n"}).files == {"answer.txt": "42\n"}
+    result = score(
+        judge=ExecutableJudge(["{python}", reader, "{submission_dir}", "out.json"]),
+        submission=submission,
+    )
+    assert result.scoring.metadata["text"] == "42\n"
+    assert result.scoring.metadata["bytes"] == "[0, 255, 16]"

@@ -25,6 +25,7 @@ import pytest
 
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge
+from chalk_client.scoring import ZeroCause
 from chalk_worker.sandbox import SandboxLayers, detect_layers
 from chalk_worker.sandbox.cgroups import CgroupSupport, own_cgroup
 
@@ -204,6 +205,7 @@ def test_memory_hog_is_killed_at_its_limit(test_cap, tmp_path):
     result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
     assert result.score == 0.0 and not result.scoring.continue_task
     assert "ran out of memory (limit 192 MiB)" in result.scoring.metadata["error"]
+    assert result.cause is ZeroCause.OUT_OF_MEMORY
 
 
 def test_a_script_that_survives_its_childs_memory_hog_is_judged_by_its_file(test_cap, tmp_path):
