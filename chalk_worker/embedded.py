@@ -11,11 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 
+from chalk_client.custom import registered_context, registered_judge
+from chalk_client.errors import UnknownJudgeError
 from chalk_client.jobs import JobResult, ScoringJob
+from chalk_client.judge_specs import (
+    AllJudge,
+    AnyJudge,
+    CustomContext,
+    CustomJudge,
+    ExecutableJudge,
+    JudgeSpec,
+    RubricJudge,
+)
 from chalk_client.settings import ChalkSettings
+from chalk_worker.llm import LLMServer
 from chalk_worker.runner import score_job_async, start_in_process, wait_for
+from chalk_worker.sandbox.policy import check_command
+from chalk_worker.tasks_loader import failures_note, load_task_modules
 
 DEFAULT_CONCURRENCY = 32
 """Jobs in flight at once; subprocess judges are further capped at one per core."""
@@ -137,3 +151,36 @@ def score_jobs(
     except BaseException:
         future.cancel()
         raise
+
+
+def _parts(judge: JudgeSpec) -> Iterator[JudgeSpec]:
+    yield judge
+    if isinstance(judge, (AllJudge, AnyJudge)):
+        for part in judge.judges:
+            yield from _parts(part)
+
+
+def check_judge(judge: JudgeSpec, settings: ChalkSettings | None = None) -> None:
+    """Raise now what every job with ``judge`` would fail with in this process.
+
+    That is: a custom judge or rubric context registered nowhere here
+    (``UnknownJudgeError``), a command the operator's allowlist refuses
+    (``CommandRefusedError``), a rubric judge with no LLM configured
+    (``LLMUnavailableError``). A reward function checks its judge so once, when
+    it is made, instead of failing every job of a training run.
+    """
+    settings = settings or ChalkSettings()
+    load_task_modules(settings)
+    try:
+        for part in _parts(judge):
+            if isinstance(part, CustomJudge):
+                registered_judge(part.name)
+            elif isinstance(part, ExecutableJudge):
+                check_command(part.command, settings.allowed_commands)
+            elif isinstance(part, RubricJudge):
+                LLMServer.from_settings(settings)
+                for context in part.context:
+                    if isinstance(context, CustomContext):
+                        registered_context(context.name)
+    except UnknownJudgeError as exc:
+        raise UnknownJudgeError(f"{exc}.{failures_note()}") from None
