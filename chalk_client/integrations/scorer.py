@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from chalk_client.errors import ConfigurationError, InvalidJobError
+from chalk_client.errors import ChalkError, ConfigurationError, InvalidJobError
 from chalk_client.integrations.backends import Backend, Cluster, Embedded, failed_result
 from chalk_client.integrations.samples import Sample, default_transcript
 from chalk_client.integrations.submissions import SubmissionBuilder
@@ -74,6 +74,15 @@ def load_judge(judge: JudgeSource) -> DefaultJudge:
         return DefaultJudge(steps=_steps_adapter.validate_python(plain_data(judge)))
     except ValidationError as exc:
         raise InvalidJobError(f"not a valid judge: {describe_errors(exc)}") from exc
+
+
+def _describe(exc: Exception) -> str:
+    """An exception on one line: a validation error's problems, or its type and message."""
+    if isinstance(exc, ValidationError):
+        return describe_errors(exc)
+    if isinstance(exc, ChalkError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 class SampleScorer:
@@ -173,7 +182,8 @@ class SampleScorer:
             except Exception as exc:
                 # The caller's data or builders; one sample's problem, never the batch's.
                 log.debug("%s: no job for sample %d", self.source, sample.index, exc_info=True)
-                made.append(failed_result(job_id, f"no job could be made of the sample: {exc}"))
+                why = _describe(exc)
+                made.append(failed_result(job_id, f"no job could be made of the sample: {why}"))
         return made
 
     @staticmethod
