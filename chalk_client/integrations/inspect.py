@@ -24,8 +24,12 @@ Needs inspect's asyncio backend (its default).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
 
 from chalk_client.errors import JudgeError, MissingExtraError
 from chalk_client.integrations.inspect_logs import message_dicts
@@ -49,6 +53,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError(
         "chalk_client.integrations.inspect needs inspect_ai: pip install 'chalk-queue[inspect]'"
     ) from exc
+
+log = logging.getLogger("chalk_client.integrations")
 
 _QUIET = ("stdout", "stderr", "rubric_", "_prompt_tokens", "_completion_tokens", "_text")
 """Metadata left out of explanations (it stays in the score's metadata)."""
@@ -118,7 +124,7 @@ def chalk_scorer(
     transcript: TranscriptBuilder | None = None,
     submission_paths: Sequence[str] = (),
     columns: Sequence[str] = (),
-    redis_url: str | None = None,
+    redis_url: str | SecretStr | None = None,
     settings: ChalkSettings | None = None,
     concurrency: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -133,10 +139,18 @@ def chalk_scorer(
     messages); ``submission_paths`` are the files judges get; ``columns`` the
     metadata fields every sample must have. ``redis_url``: score on that
     cluster, waiting up to ``timeout_s``; without it, in this process, with
-    ``settings``. Raises now what every job would fail with (``InvalidJobError``;
+    ``settings``. inspect records a scorer's arguments in the eval log: give a
+    URL holding a password as ``SecretStr(url)`` (pydantic's), which it records
+    as ``SecretStr``. Raises now what every job would fail with (``InvalidJobError``;
     scoring here, ``UnknownJudgeError``, ``CommandRefusedError``,
     ``LLMUnavailableError``).
     """
+    if isinstance(redis_url, str) and urlsplit(redis_url).password:
+        log.warning(
+            "chalk_scorer: inspect writes a scorer's arguments into the eval log, so the "
+            "password in redis_url will be there; pass redis_url=SecretStr(url) (from pydantic) "
+            "to keep it out"
+        )
     chalk = SampleScorer(
         judge,
         submission=submission,

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError
 
 from chalk_client.errors import ChalkError, ConfigurationError, InvalidJobError
 from chalk_client.integrations.backends import Backend, Cluster, Embedded, failed_result
@@ -94,8 +94,9 @@ class SampleScorer:
     files) and ``transcript`` its transcript (default: the prompt, then the
     completion). ``submission_paths`` become each job's (the files judges get,
     in order). ``columns`` are the row fields every call must carry, with those
-    the submission builder names. With ``redis_url`` the jobs go to that
-    cluster, each call as one batch waited for up to ``timeout_s``; without it
+    the submission builder names. With ``redis_url`` (text, or a pydantic
+    ``SecretStr`` to keep its password out of logs that record arguments) the
+    jobs go to that cluster, each call as one batch waited for up to ``timeout_s``; without it
     they are scored here, ``concurrency`` at a time (``None``:
     ``CHALK_EMBEDDED_CONCURRENCY``, or 32), with ``settings`` (``None``: the
     ``CHALK_*`` variables). ``source`` names the integration in job ids and metadata.
@@ -109,7 +110,7 @@ class SampleScorer:
         transcript: TranscriptBuilder | None = None,
         submission_paths: Sequence[str] = (),
         columns: Sequence[str] = (),
-        redis_url: str | None = None,
+        redis_url: str | SecretStr | None = None,
         settings: ChalkSettings | None = None,
         concurrency: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -122,10 +123,9 @@ class SampleScorer:
         self.transcript = transcript or default_transcript
         self.submission_paths = list(submission_paths)
         self.columns = tuple(dict.fromkeys([*columns, *getattr(submission, "columns", ())]))
+        url = redis_url.get_secret_value() if isinstance(redis_url, SecretStr) else redis_url
         self.backend: Backend = (
-            Cluster(redis_url, timeout_s, settings)
-            if redis_url
-            else Embedded(settings, concurrency)
+            Cluster(url, timeout_s, settings) if url else Embedded(settings, concurrency)
         )
         self.judge_for: JudgeForSample | None = None
         self.judge: DefaultJudge | None = None
@@ -137,8 +137,10 @@ class SampleScorer:
                 self.backend.check(part)
             for step in self.judge.steps or []:
                 self.backend.check(step.judge)
-        # A job whose paths are invalid would fail every sample: refuse them now.
-        ScoringJob(judge={"type": "always_pass"}, submission_paths=self.submission_paths)
+        try:  # paths that would make every job invalid are refused now
+            ScoringJob(judge={"type": "always_pass"}, submission_paths=self.submission_paths)
+        except ValidationError as exc:
+            raise InvalidJobError(f"submission_paths: {describe_errors(exc)}") from exc
 
     def check_columns(self, present: Collection[str]) -> None:
         """Raise ``ConfigurationError`` if a column this scorer needs is not ``present``."""

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import SecretStr
+
 from chalk_client.integrations.samples import Conversation, Sample
 from chalk_client.integrations.scorer import (
     DEFAULT_TIMEOUT_S,
@@ -135,7 +137,7 @@ def reward_function(
     transcript: TranscriptBuilder | None = None,
     submission_paths: Sequence[str] = (),
     columns: Sequence[str] = (),
-    redis_url: str | None = None,
+    redis_url: str | SecretStr | None = None,
     settings: ChalkSettings | None = None,
     concurrency: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -182,7 +184,7 @@ def async_reward_function(
     transcript: TranscriptBuilder | None = None,
     submission_paths: Sequence[str] = (),
     columns: Sequence[str] = (),
-    redis_url: str | None = None,
+    redis_url: str | SecretStr | None = None,
     settings: ChalkSettings | None = None,
     concurrency: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -40,6 +40,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import SecretStr
+
 from chalk_client.errors import ConfigurationError
 from chalk_client.integrations.samples import Sample
 from chalk_client.integrations.scorer import (
@@ -152,7 +154,7 @@ def reward_function(
     transcript: TranscriptBuilder | None = None,
     submission_paths: Sequence[str] = (),
     columns: Sequence[str] = (),
-    redis_url: str | None = None,
+    redis_url: str | SecretStr | None = None,
     settings: ChalkSettings | None = None,
     concurrency: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from processes import free_port
+from pydantic import SecretStr
 
 from chalk_client import ChalkClient
 from chalk_client.errors import ConfigurationError
@@ -34,7 +35,7 @@ def test_trl_rewards_scored_by_the_cluster_as_one_batch(redis_url, shared_worker
 
 
 def test_the_async_trl_variant_on_the_cluster(redis_url, shared_worker):
-    reward = async_reward_function(judge=RegexJudge(["ok"]), redis_url=redis_url)
+    reward = async_reward_function(judge=RegexJudge(["ok"]), redis_url=SecretStr(redis_url))
     rewards = asyncio.run(reward(prompts=["q", "q"], completions=["ok", "no"]))
     assert rewards == [1.0, 0.0]
 

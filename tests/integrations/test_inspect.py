@@ -7,6 +7,7 @@ needs no network); its log is written and read back by inspect.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 inspect_ai = pytest.importorskip("inspect_ai")
 
@@ -167,6 +169,16 @@ def test_judges_that_cannot_work_here_are_refused_when_the_scorer_is_made():
         chalk_scorer(judge=CustomJudge("registered_nowhere"))
     with pytest.raises(InvalidJobError):
         chalk_scorer(judge={"type": "regex"})
+
+
+def test_a_password_in_redis_url_is_warned_about_as_inspect_logs_arguments(caplog):
+    with caplog.at_level(logging.WARNING, "chalk_client.integrations"):
+        chalk_scorer(judge=RegexJudge(["x"]), redis_url="redis://:hunter2@127.0.0.1:1/0")
+    assert "SecretStr" in caplog.text and "hunter2" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "chalk_client.integrations"):
+        chalk_scorer(judge=RegexJudge(["x"]), redis_url=SecretStr("redis://:hunter2@h:1/0"))
+    assert not caplog.text
 
 
 def test_inspect_messages_become_chalk_messages():
