@@ -27,7 +27,7 @@ from chalk_client.judge_specs import (
 )
 from chalk_client.settings import ChalkSettings
 from chalk_worker.llm import LLMServer
-from chalk_worker.runner import score_job_async, start_in_process, wait_for
+from chalk_worker.runner import default_settings, score_job_async, start_in_process, wait_for
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.tasks_loader import failures_note, load_task_modules
 
@@ -56,7 +56,7 @@ async def score_stream(
         raise ValueError(
             f"concurrency must be at least 1 (or None for the default), not {concurrency}"
         )
-    settings = settings or ChalkSettings()
+    settings = settings or default_settings()
     limit = concurrency or settings.embedded_concurrency or DEFAULT_CONCURRENCY
     pending: set[asyncio.Task[JobResult]] = set()
     seen: set[str] = set()
@@ -169,7 +169,7 @@ def check_judge(judge: JudgeSpec, settings: ChalkSettings | None = None) -> None
     (``LLMUnavailableError``). A reward function checks its judge so once, when
     it is made, instead of failing every job of a training run.
     """
-    settings = settings or ChalkSettings()
+    settings = settings or default_settings()
     load_task_modules(settings)
     try:
         for part in _parts(judge):

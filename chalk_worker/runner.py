@@ -52,6 +52,25 @@ def _prepare_process(settings: ChalkSettings) -> None:
         sweep_stale_job_dirs(settings)
 
 
+_default_settings: tuple[tuple[tuple[str, str], ...], ChalkSettings] | None = None
+
+
+def default_settings() -> ChalkSettings:
+    """``ChalkSettings()`` of the environment, read again only when a ``CHALK_*`` variable changes.
+
+    Reading the settings costs about 2 ms, as much as the rest of a small job:
+    a hundred threads each calling ``score_job`` would spend it a hundred times.
+    """
+    global _default_settings
+    variables = tuple(
+        sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("CHALK_"))
+    )
+    known = _default_settings
+    if known is None or known[0] != variables:
+        known = _default_settings = (variables, ChalkSettings())
+    return known[1]
+
+
 def worker_name() -> str:
     """This process's name in results: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -166,7 +185,7 @@ async def score_job_async(
     ``archive_file`` holds the submission on disk instead of ``job.submission``
     (a worker streams large archives from Redis there).
     """
-    settings = settings or ChalkSettings()
+    settings = settings or default_settings()
     job = job.with_id()
     assert job.id is not None
     started = time.perf_counter()

@@ -155,3 +155,17 @@ def test_score_job_called_on_the_shared_loop_s_own_thread_does_not_deadlock():
 def test_score_job_async_and_score_job_agree():
     job = ScoringJob(id="same", transcript=say("answer: 7"), judge=RegexJudge([r"answer: \d"]))
     assert asyncio.run(score_job_async(job)).score == score_job(job).score == 1.0
+
+
+def test_settings_read_from_the_environment_follow_its_changes(monkeypatch):
+    from chalk_client.judges import ExecutableJudge
+    from chalk_worker.runner import default_settings
+
+    job = ScoringJob(judge=ExecutableJudge(["{python}", "-c", "pass", "out.json"]))
+    assert "not allowed" not in (score_job(job).error or "")
+    first = default_settings()
+    assert default_settings() is first  # read once while nothing changes
+    monkeypatch.setenv("CHALK_ALLOWED_COMMANDS", "{python} -m tasks.")
+    refused = score_job(job)
+    assert refused.status is JobStatus.FAILED and "allow" in refused.error
+    assert default_settings() is not first
