@@ -96,10 +96,11 @@ class SampleScorer:
     in order). ``columns`` are the row fields every call must carry, with those
     the submission builder names. With ``redis_url`` (text, or a pydantic
     ``SecretStr`` to keep its password out of logs that record arguments) the
-    jobs go to that cluster, each call as one batch waited for up to ``timeout_s``; without it
-    they are scored here, ``concurrency`` at a time (``None``:
-    ``CHALK_EMBEDDED_CONCURRENCY``, or 32), with ``settings`` (``None``: the
-    ``CHALK_*`` variables). ``source`` names the integration in job ids and metadata.
+    jobs go to that cluster, each call as one batch waited for up to
+    ``timeout_s``; without it they are scored here, ``concurrency`` at a time
+    (``None``: ``CHALK_EMBEDDED_CONCURRENCY``, or 32), with ``settings``
+    (``None``: the ``CHALK_*`` variables). ``source`` names the integration in
+    job ids and metadata.
     """
 
     def __init__(

@@ -23,7 +23,9 @@ own functions are configured from YAML alone::
 
 or, from Python, ``reward_function(judge=..., ...)`` gives an object whose
 methods are these functions (put ``compute_score = reward.compute_score`` in
-the file ``custom_reward_function.path`` names).
+the file ``custom_reward_function.path`` names). verl's ``prime`` manager
+sends the function to processes of its own, pickled: use the module's own
+functions there, which pickle by name.
 
 Each response is a ``Sample`` whose completion is ``solution_str`` and whose
 columns are ``extra_info``'s keys, then ``data_source``, ``ground_truth`` and
