@@ -227,3 +227,20 @@ def test_a_configured_submission_puts_the_ground_truth_beside_the_response():
         submission={"type": "text", "files_from_columns": {"truth.txt": "ground_truth"}},
     )
     assert scores == [1.0, 0.0]
+
+
+def test_the_prime_manager_s_process_pool_runs_the_module_s_function():
+    from concurrent.futures import ProcessPoolExecutor
+
+    config = {"judge": {"type": "regex", "patterns": ["^#### 42$"]}}
+    compute_score = load_custom_reward_fn(
+        "pkg://chalk_client.integrations.verl", "compute_score", config
+    )
+    # verl's prime manager: partial(evaluation_func, task, completion, reference, extra_info)
+    # run in a ProcessPoolExecutor, so the function travels pickled.
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        futures = [
+            pool.submit(partial(compute_score, "gsm8k", text, "42", {"index": n}))
+            for n, text in enumerate(["#### 42", "#### 41", "#### 42"])
+        ]
+        assert [f.result(timeout=120) for f in futures] == [1.0, 0.0, 1.0]
