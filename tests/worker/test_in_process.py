@@ -74,7 +74,7 @@ def test_score_jobs_returns_results_in_job_order_with_progress_in_the_calling_th
 
 
 def test_score_jobs_holds_at_most_concurrency_jobs_in_flight():
-    with FakeOpenAI(latency_s=0.05) as fake:
+    with FakeOpenAI(latency_s=0.2) as fake:
         results = score_jobs(
             [rubric_job(n, criteria=1) for n in range(12)],
             concurrency=3,
@@ -120,8 +120,8 @@ def test_score_jobs_refuses_a_concurrency_below_one():
 
 
 def test_cancelling_a_batch_cancels_the_jobs_in_flight():
-    with FakeOpenAI(latency_s=3.0) as fake:
-        settings = fake.settings(rubric_deadline_s=60)
+    with FakeOpenAI(latency_s=60.0) as fake:
+        settings = fake.settings(rubric_deadline_s=120)
 
         async def main() -> float:
             started = time.monotonic()
@@ -132,7 +132,7 @@ def test_cancelling_a_batch_cancels_the_jobs_in_flight():
             return time.monotonic() - started
 
         elapsed = asyncio.run(main())
-    assert elapsed < 2.5  # the 3 s replies were not waited for
+    assert elapsed < 30  # the 60 s replies were not waited for
 
 
 def test_a_failing_progress_callback_stops_the_batch_and_raises():
