@@ -123,6 +123,7 @@ class RewardFunction:
         completions: Sequence[Conversation] = (),
         **kwargs: Any,
     ) -> list[float | None]:
+        """One reward per completion, in order, as TRL calls reward functions (by keyword)."""
         samples = self.samples(prompts, completions, kwargs)
         return self.rewards(self.scorer.score(samples), kwargs)
 
