@@ -14,7 +14,7 @@ from chalk_client import ChalkClient
 from chalk_client.errors import ConfigurationError
 from chalk_client.integrations import verl
 from chalk_client.integrations.trl import async_reward_function, reward_function
-from chalk_client.judges import CustomJudge, ExecutableJudge, RegexJudge
+from chalk_client.judges import CustomJudge, RegexJudge
 
 
 def test_trl_rewards_scored_by_the_cluster_as_one_batch(redis_url, shared_worker):
@@ -62,11 +62,12 @@ def test_a_job_the_workers_cannot_score_is_the_failed_value(redis_url, shared_wo
 def test_results_not_back_in_time_are_the_failed_value_and_stay_on_the_cluster(
     redis_url, shared_worker, caplog
 ):
-    slow = ExecutableJudge(["{python}", "-c", "import time; time.sleep(3)", "out.json"])
+    slow = CustomJudge("test_async_sleep", {"sleep_s": 5})  # registered on the workers
     reward = reward_function(judge=slow, redis_url=redis_url, timeout_s=0.5, failed_value=0.0)
     with caplog.at_level(logging.WARNING, "chalk_client.integrations"):
         assert reward(prompts=["q"], completions=["a"]) == [0.0]
-    assert "ResultTimeout" in reward.last_results[0].error
+    [result] = reward.last_results
+    assert result.status == "failed" and "ResultTimeout" in result.error, result
     assert "could not be scored" in caplog.text
 
 
