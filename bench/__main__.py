@@ -21,7 +21,7 @@ import time
 
 from bench.suite import Figure, table
 
-BENCHMARKS = ("throughput", "latency", "sandbox", "rubric", "batch", "submission")
+BENCHMARKS = ("throughput", "latency", "sandbox", "rubric", "inprocess", "batch", "submission")
 
 
 def run_one(name: str, smoke: bool) -> list[Figure]:

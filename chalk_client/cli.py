@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from chalk_client import ops_cli, report_cli
 from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
-from chalk_client.errors import ChalkError
+from chalk_client.errors import ChalkError, ConfigurationError
 from chalk_client.jobs import ScoringJob
 from chalk_client.progress import ProgressBar, ResultSink, Tally
 from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
@@ -69,7 +69,13 @@ def _parser() -> argparse.ArgumentParser:
             "CHALK_REDIS_URL the jobs are scored here, concurrently, with no server needed."
         ),
     )
-    score.add_argument("rollouts", type=Path, help="JSONL file, one job per line")
+    score.add_argument("rollouts", type=Path, nargs="?", help="JSONL file, one job per line")
+    score.add_argument(
+        "--from-inspect",
+        type=Path,
+        metavar="LOG",
+        help="score the samples of an inspect_ai eval log instead (needs --judge)",
+    )
     score.add_argument(
         "--judge", type=Path, help="JSON judge (or list of steps) for lines that have none"
     )
@@ -130,11 +136,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_inspect(log: Path, default: DefaultJudge | None) -> Iterator[ScoringJob | BadLine]:
+    # inspect_ai is an optional extra: imported only for --from-inspect.
+    from chalk_client.integrations.inspect_logs import jobs_from_log
+
+    if default is None:
+        raise ConfigurationError("--from-inspect needs --judge: an inspect log has no Chalk judge")
+    return jobs_from_log(log, default)
+
+
 def _load_jobs(args: argparse.Namespace) -> tuple[list[ScoringJob], list[BadLine]]:
     default = DefaultJudge.from_file(args.judge) if args.judge else None
     jobs: list[ScoringJob] = []
     bad: list[BadLine] = []
-    for item in read_rollouts(args.rollouts, default):
+    items = (
+        _read_inspect(args.from_inspect, default)
+        if args.from_inspect
+        else read_rollouts(args.rollouts, default)
+    )
+    for item in items:
         (bad if isinstance(item, BadLine) else jobs).append(item)  # type: ignore[arg-type]
     return jobs, bad
 
@@ -165,14 +185,20 @@ def _trace_skipped(
 
 
 def _score(args: argparse.Namespace) -> int:
-    if not args.rollouts.is_file():
-        print(f"chalk score: no rollouts file at {args.rollouts}", file=sys.stderr)
+    if (args.rollouts is None) == (args.from_inspect is None):
+        print("chalk score: give a ROLLOUTS file or --from-inspect LOG (one)", file=sys.stderr)
+        return 2
+    source = args.rollouts or args.from_inspect
+    if not source.is_file():
+        what = "rollouts file" if args.rollouts else "inspect log"
+        print(f"chalk score: no {what} at {source}", file=sys.stderr)
         return 2
     inputs = {"rollouts file": args.rollouts, "judge file": args.judge}
+    inputs["inspect log"] = args.from_inspect
     results = ResultsFile.read(args.out, inputs) if args.out else None
     jobs, bad = _load_jobs(args)
     for line in bad:
-        print(f"{args.rollouts}:{line.number}: invalid job: {line.reason}", file=sys.stderr)
+        print(f"{source}:{line.number}: invalid job: {line.reason}", file=sys.stderr)
     if bad and not args.skip_invalid:
         print(
             f"chalk score: {len(bad)} invalid line(s); nothing was scored. Fix them, or pass "

@@ -5,6 +5,7 @@ The tree::
     ChalkError
     ├── InvalidJobError            (also a ValueError)
     ├── ConfigurationError
+    │   └── MissingExtraError      (also an ImportError) a framework's package is missing
     ├── StudentMisbehaviorError    the student tampered: scores 0, never a crash
     ├── JudgeError                 the system could not score: the job is `failed`
     │   ├── UnknownJudgeError
@@ -38,6 +39,13 @@ class InvalidJobError(ChalkError, ValueError):
 
 class ConfigurationError(ChalkError):
     """Raised when settings or the machine cannot support what was asked for."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """Raised when an integration needs a package that is not installed.
+
+    The message names the extra that brings it, e.g. ``pip install 'chalk-queue[inspect]'``.
+    """
 
 
 class StudentMisbehaviorError(ChalkError):

@@ -8,6 +8,7 @@ means the system could not score, and ``error`` says why.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import mmap
@@ -28,6 +29,7 @@ from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.llm import close_llm_clients
+from chalk_worker.process_loop import process_loop
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
 from chalk_worker.workdirs import make_job_dir, sweep_stale_job_dirs
@@ -48,6 +50,25 @@ def _prepare_process(settings: ChalkSettings) -> None:
     if _prepared_pid != os.getpid():
         _prepared_pid = os.getpid()
         sweep_stale_job_dirs(settings)
+
+
+_default_settings: tuple[tuple[tuple[str, str], ...], ChalkSettings] | None = None
+
+
+def default_settings() -> ChalkSettings:
+    """``ChalkSettings()`` of the environment, read again only when a ``CHALK_*`` variable changes.
+
+    Reading the settings costs about 2 ms, as much as the rest of a small job:
+    a hundred threads each calling ``score_job`` would spend it a hundred times.
+    """
+    global _default_settings
+    variables = tuple(
+        sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("CHALK_"))
+    )
+    known = _default_settings
+    if known is None or known[0] != variables:
+        known = _default_settings = (variables, ChalkSettings())
+    return known[1]
 
 
 def worker_name() -> str:
@@ -168,7 +189,7 @@ async def score_job_async(
     ``archive_file`` holds the submission on disk instead of ``job.submission``
     (a worker streams large archives from Redis there).
     """
-    settings = settings or ChalkSettings()
+    settings = settings or default_settings()
     job = job.with_id()
     assert job.id is not None
     started = time.perf_counter()
@@ -206,27 +227,44 @@ async def score_job_async(
     )
 
 
-def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    # Called from inside a running loop (a notebook, an async app): use a thread of our own.
-    box: list[_T] = []
-    errors: list[BaseException] = []
+def start_in_process(coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+    """Start ``coroutine`` on this process's event loop, the one workers score on.
+
+    Every caller shares that loop and, through it, the LLM clients and their
+    connections: a hundred threads scoring at once cost one loop, not a hundred.
+    Called on that loop's own thread (a custom judge scoring a job, say), where
+    waiting on the loop would wait forever, the coroutine gets a loop of its own
+    in a thread of its own, whose LLM connections are closed when it ends.
+    """
+    shared = process_loop()
+    if not shared.owns_current_thread():
+        return shared.submit(coroutine)
+    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    async def closing() -> _T:
+        try:
+            return await coroutine
+        finally:
+            await close_llm_clients()
 
     def target() -> None:
         try:
-            box.append(asyncio.run(coroutine))
+            future.set_result(asyncio.run(closing()))
         except BaseException as exc:
-            errors.append(exc)
+            future.set_exception(exc)
 
-    thread = threading.Thread(target=target, name="chalk-score-job")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return box[0]
+    future.set_running_or_notify_cancel()
+    threading.Thread(target=target, name="chalk-score-job").start()
+    return future
+
+
+def wait_for(future: concurrent.futures.Future[_T]) -> _T:
+    """The outcome of ``future``; if the wait is interrupted (Ctrl-C), the work is cancelled."""
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
 
 
 def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobResult:
@@ -234,13 +272,12 @@ def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobR
 
     Never raises for a job's content: misbehaviour and zeros are ``succeeded``
     results, system problems are ``failed`` results with ``error`` set.
+
+    Safe to call from many threads at once, and made for it: every call runs on
+    this process's one event loop (as a worker's jobs do), so concurrent calls
+    share the LLM pool (``CHALK_LLM_MAX_IN_FLIGHT``) and its connections, and
+    wait for the LLM together. Works inside a running event loop too (it blocks
+    that loop's thread until the job is done; prefer ``score_job_async`` there).
+    For many jobs at once from one thread, ``score_jobs``.
     """
-    return _run(_score_then_close(job, settings))
-
-
-async def _score_then_close(job: ScoringJob, settings: ChalkSettings | None) -> JobResult:
-    # This loop ends with the call: close its LLM connections while it still runs.
-    try:
-        return await score_job_async(job, settings=settings)
-    finally:
-        await close_llm_clients()
+    return wait_for(start_in_process(score_job_async(job, settings=settings)))

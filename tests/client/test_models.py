@@ -39,9 +39,9 @@ def roundtrip(model):
 
 def test_public_init_is_sorted():
     import chalk_worker
-    from chalk_client import judges
+    from chalk_client import integrations, judges
 
-    for module in (chalk_client, judges, chalk_worker):
+    for module in (chalk_client, judges, chalk_worker, integrations):
         assert module.__all__ == sorted(module.__all__), module.__name__
 
 

@@ -1,0 +1,142 @@
+"""Turning a completion into the files a judge grades.
+
+A reward for code runs the model's code: ``CodeBlockSubmission("solution.py")``
+puts the completion's last fenced code block in ``solution.py``, and can add
+files from the dataset row (the tests, say) beside it. ``TextSubmission``
+hands in the whole completion as one file. Any callable taking a ``Sample``
+and returning a ``Submission`` (or ``None`` for no files) does as well.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from chalk_client.errors import InvalidJobError
+from chalk_client.integrations.samples import Sample
+from chalk_client.submission import Submission
+
+SubmissionBuilder = Callable[[Sample], Submission | None]
+"""Builds a sample's submission; ``None`` means the job has no files."""
+
+_FENCE = re.compile(
+    r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
+    r"(?P<body>.*?)"
+    r"^(?P=indent)(?P=fence)[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+_ALIASES = {"python": {"python", "py", "python3"}}
+
+
+def extract_code_block(text: str, language: str | None = "python") -> str | None:
+    """The last complete fenced code block of ``text`` (Markdown ``````` or ``~~~``).
+
+    With ``language``, blocks tagged with it (``python`` also takes ``py`` and
+    ``python3``) come first, then untagged ones; blocks tagged with another
+    language are skipped. With ``language=None``, the last block of any kind.
+    ``None`` when there is no such block (an unclosed fence does not count).
+    """
+    blocks = [
+        (match["info"].strip().split(" ")[0].lower(), match["body"])
+        for match in _FENCE.finditer(text)
+    ]
+    if language is None:
+        return blocks[-1][1] if blocks else None
+    names = _ALIASES.get(language.lower(), {language.lower()})
+    tagged = [body for info, body in blocks if info in names]
+    if tagged:
+        return tagged[-1]
+    untagged = [body for info, body in blocks if not info]
+    return untagged[-1] if untagged else None
+
+
+def _relative(path: str) -> str:
+    pure = PurePosixPath(path)
+    if not path or pure.is_absolute() or ".." in pure.parts:
+        raise InvalidJobError(
+            f"submission path {path!r} must be relative to the submission, without '..'"
+        )
+    return path
+
+
+def _check_paths(main: str, from_columns: Mapping[str, str]) -> None:
+    for path in (main, *from_columns):
+        _relative(path)
+    if main in from_columns:
+        raise InvalidJobError(f"{main!r} is both the completion's file and a column's")
+
+
+def _row_files(sample: Sample, from_columns: Mapping[str, str]) -> dict[str, str]:
+    """The files taken from the row: each column's text (other values as JSON)."""
+    files: dict[str, str] = {}
+    for path, column in from_columns.items():
+        value: Any = sample.column(column)
+        if value is None:
+            raise InvalidJobError(f"sample {sample.index}'s column {column!r} is empty (None)")
+        files[path] = value if isinstance(value, str) else json.dumps(value, default=_listed)
+    return files
+
+
+def _listed(value: Any) -> Any:
+    """Arrays (numpy's, in verl's batches) as lists, for JSON."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"a {type(value).__name__} cannot be written as JSON")
+
+
+@dataclass(frozen=True)
+class CodeBlockSubmission:
+    """The completion's last code block as the file ``path``, plus files from the row.
+
+    ``files_from_columns`` maps more submission paths to columns of the row,
+    e.g. ``{"test_solution.py": "tests"}``: each file holds that column's text
+    (other values as JSON). A completion without a code block in ``language``
+    hands in its whole text as ``path`` (models often answer with bare code).
+    """
+
+    path: str = "solution.py"
+    language: str | None = "python"
+    files_from_columns: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_paths(self.path, self.files_from_columns)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns every row must have."""
+        return tuple(self.files_from_columns.values())
+
+    def __call__(self, sample: Sample) -> Submission:
+        text = sample.text
+        code = extract_code_block(text, self.language)
+        files = _row_files(sample, self.files_from_columns)
+        files[self.path] = text if code is None else code
+        return Submission.from_files(files)
+
+
+@dataclass(frozen=True)
+class TextSubmission:
+    """The completion's whole visible text as the file ``path``, plus files from the row.
+
+    ``files_from_columns`` as for ``CodeBlockSubmission``.
+    """
+
+    path: str = "answer.txt"
+    files_from_columns: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_paths(self.path, self.files_from_columns)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns every row must have."""
+        return tuple(self.files_from_columns.values())
+
+    def __call__(self, sample: Sample) -> Submission:
+        files = _row_files(sample, self.files_from_columns)
+        files[self.path] = sample.text
+        return Submission.from_files(files)

@@ -1,0 +1,295 @@
+"""verl: a Chalk judge as verl's custom reward function, one sample or a batch at a time.
+
+verl calls ``compute_score(data_source, solution_str, ground_truth,
+extra_info)`` for each response (its ``naive`` and ``prime`` reward managers,
+and the reward loop, which calls from many threads at once or awaits
+``compute_score_async``), or ``compute_score_batch(data_sources,
+solution_strs, ground_truths, extra_infos)`` once per batch (its ``batch``
+reward manager). Its config names the function and passes
+``custom_reward_function.reward_kwargs`` as keyword arguments, so the module's
+own functions are configured from YAML alone::
+
+    custom_reward_function:
+      path: pkg://chalk_client.integrations.verl
+      name: compute_score_batch      # with reward_model.reward_manager=batch
+      reward_kwargs:
+        judge:
+          type: executable
+          command: ["{python}", "-m", "tasks.code_reward.run_tests", "{submission_dir}", "out.json"]
+        submission:
+          type: code_block
+          path: solution.py
+          files_from_columns: {tests.py: ground_truth}
+
+or, from Python, ``reward_function(judge=..., ...)`` gives an object whose
+methods are these functions (put ``compute_score = reward.compute_score`` in
+the file ``custom_reward_function.path`` names). verl's ``prime`` manager
+sends the function to processes of its own, pickled: use the module's own
+functions there, which pickle by name.
+
+Each response is a ``Sample`` whose completion is ``solution_str`` and whose
+columns are ``extra_info``'s keys, then ``data_source``, ``ground_truth`` and
+``extra_info`` itself. A response that could not be scored scores
+``failed_value`` (0.0 by default: verl needs a number), and is logged; nothing
+is raised for a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import SecretStr
+
+from chalk_client.errors import ConfigurationError
+from chalk_client.integrations.samples import Sample
+from chalk_client.integrations.scorer import (
+    DEFAULT_TIMEOUT_S,
+    JudgeForSample,
+    JudgeSource,
+    SampleScorer,
+    TranscriptBuilder,
+    plain_data,
+    rewards,
+)
+from chalk_client.integrations.submissions import (
+    CodeBlockSubmission,
+    SubmissionBuilder,
+    TextSubmission,
+)
+from chalk_client.jobs import JobResult
+from chalk_client.settings import ChalkSettings
+
+log = logging.getLogger("chalk_client.integrations")
+
+_VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+"""Keyword arguments verl's reward loop adds for reward models; not ours to read."""
+
+
+def sample_from(
+    index: int, data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any
+) -> Sample:
+    """One verl response as a ``Sample`` (see the module's docstring for its columns)."""
+    extra = dict(extra_info) if isinstance(extra_info, Mapping) else {}
+    columns = {
+        **extra,
+        "data_source": data_source,
+        "ground_truth": ground_truth,
+        "extra_info": extra_info,
+    }
+    return Sample(completion=solution_str, columns=columns, index=index)
+
+
+class VerlReward:
+    """verl's reward functions for one Chalk judge: per response, batched, and async.
+
+    ``last_results`` holds the ``JobResult`` of every response of the last call.
+    """
+
+    def __init__(self, scorer: SampleScorer, failed_value: float) -> None:
+        self.scorer = scorer
+        self.failed_value = failed_value
+        self.last_results: list[JobResult] = []
+
+    def _floats(self, results: list[JobResult]) -> list[float]:
+        self.last_results = results
+        scores = rewards(results, failed_value=self.failed_value, name="verl")
+        return [self.failed_value if score is None else score for score in scores]
+
+    def compute_score(
+        self,
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> float:
+        """The score of one response (verl's ``naive`` and ``prime`` managers, the reward loop)."""
+        sample = sample_from(0, data_source, solution_str, ground_truth, extra_info)
+        return self._floats(self.scorer.score([sample]))[0]
+
+    async def compute_score_async(
+        self,
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> float:
+        """``compute_score`` as a coroutine, which verl's reward loop awaits."""
+        sample = sample_from(0, data_source, solution_str, ground_truth, extra_info)
+        return self._floats(await self.scorer.score_async([sample]))[0]
+
+    def compute_score_batch(
+        self,
+        data_sources: Sequence[Any],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        """The scores of a batch, in order (verl's ``batch`` manager), scored all at once."""
+        count = len(solution_strs)
+        infos = list(extra_infos) if extra_infos is not None else [None] * count
+        if not len(data_sources) == len(ground_truths) == len(infos) == count:
+            raise ValueError(
+                f"verl passed {len(data_sources)} data sources, {count} responses, "
+                f"{len(ground_truths)} ground truths and {len(infos)} extra infos; they must "
+                "pair up"
+            )
+        samples = [
+            sample_from(index, source, text, truth, info)
+            for index, (source, text, truth, info) in enumerate(
+                zip(data_sources, solution_strs, ground_truths, infos, strict=True)
+            )
+        ]
+        return self._floats(self.scorer.score(samples))
+
+
+def reward_function(
+    judge: JudgeSource | JudgeForSample,
+    *,
+    submission: SubmissionBuilder | None = None,
+    transcript: TranscriptBuilder | None = None,
+    submission_paths: Sequence[str] = (),
+    columns: Sequence[str] = (),
+    redis_url: str | SecretStr | None = None,
+    settings: ChalkSettings | None = None,
+    concurrency: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    failed_value: float = 0.0,
+) -> VerlReward:
+    """verl's reward functions (``compute_score`` and kin) scoring with ``judge``.
+
+    ``judge``: a judge, its JSON object, a list of steps, a judge file's path,
+    or a function of the ``Sample`` returning a judge (``sample.columns
+    ["ground_truth"]``...). ``submission`` builds each response's files (e.g.
+    ``CodeBlockSubmission("solution.py", files_from_columns={"tests.py":
+    "ground_truth"})``), ``transcript`` its transcript (default: the response as
+    one assistant message); ``submission_paths`` are the files judges get;
+    ``columns`` the fields every response must carry. ``redis_url``: score on
+    that cluster, waiting up to ``timeout_s`` per call; without it, here,
+    ``concurrency`` jobs at a time, with ``settings``. A response that could
+    not be scored scores ``failed_value``.
+
+    Raises now what every job would fail with: ``InvalidJobError`` for an
+    invalid judge, and (scoring here) ``UnknownJudgeError``,
+    ``CommandRefusedError`` or ``LLMUnavailableError``.
+    """
+    scorer = SampleScorer(
+        judge,
+        submission=submission,
+        transcript=transcript,
+        submission_paths=submission_paths,
+        columns=columns,
+        redis_url=redis_url,
+        settings=settings,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        source="verl",
+    )
+    return VerlReward(scorer, failed_value)
+
+
+def _submission_from(spec: Any) -> SubmissionBuilder | None:
+    """A submission builder from its config: ``{type: code_block | text, path, ...}``."""
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping) or spec.get("type") not in ("code_block", "text"):
+        raise ConfigurationError(
+            "reward_kwargs.submission must be a mapping with type code_block or text, e.g. "
+            f"{{type: code_block, path: solution.py}}; got {spec!r:.80}"
+        )
+    fields = {str(key): value for key, value in spec.items() if key != "type"}
+    fields["files_from_columns"] = dict(fields.get("files_from_columns") or {})
+    try:
+        if spec["type"] == "code_block":
+            return CodeBlockSubmission(**fields)
+        return TextSubmission(**fields)
+    except TypeError as exc:
+        raise ConfigurationError(f"reward_kwargs.submission: {exc}") from exc
+
+
+_configured: dict[str, VerlReward] = {}
+_configured_lock = threading.Lock()
+_warned: set[str] = set()
+
+_OPTIONS = frozenset(
+    {"judge", "submission", "submission_paths", "redis_url", "concurrency", "timeout_s"}
+    | {"failed_value"}
+)
+
+
+def configured(options: Mapping[str, Any]) -> VerlReward:
+    """The ``VerlReward`` that ``reward_kwargs`` describe, made once per distinct set.
+
+    Options: ``judge`` (required: a judge object, a list of steps, or a judge
+    file's path), ``submission`` (``{type: code_block | text, path,
+    language, files_from_columns}``), ``submission_paths``, ``redis_url``,
+    ``concurrency``, ``timeout_s``, ``failed_value``. Raises
+    ``ConfigurationError`` (or ``InvalidJobError`` for the judge) at the first
+    call when they are wrong.
+    """
+    known = {key: plain_data(value) for key, value in options.items() if key in _OPTIONS}
+    for key in sorted(set(options) - _OPTIONS - _VERL_EXTRAS - _warned):
+        _warned.add(key)
+        log.warning("verl reward_kwargs: %r is not a Chalk option; ignored", key)
+    key = json.dumps(known, sort_keys=True, default=repr)
+    with _configured_lock:
+        found = _configured.get(key)
+        if found is None:
+            if known.get("judge") is None:
+                raise ConfigurationError(
+                    "chalk_client.integrations.verl needs a judge: set "
+                    "custom_reward_function.reward_kwargs.judge to a judge object (e.g. "
+                    '{type: regex, patterns: ["42"]}) or a judge file\'s path'
+                )
+            found = _configured[key] = reward_function(
+                known["judge"],
+                submission=_submission_from(known.get("submission")),
+                submission_paths=list(known.get("submission_paths") or ()),
+                redis_url=known.get("redis_url"),
+                concurrency=known.get("concurrency"),
+                timeout_s=float(known.get("timeout_s", DEFAULT_TIMEOUT_S)),
+                failed_value=float(known.get("failed_value", 0.0)),
+            )
+    return found
+
+
+def compute_score(
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **reward_kwargs: Any,
+) -> float:
+    """verl's custom reward function, configured by ``reward_kwargs`` (see ``configured``)."""
+    reward = configured(reward_kwargs)
+    return reward.compute_score(data_source, solution_str, ground_truth, extra_info)
+
+
+async def compute_score_async(
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **reward_kwargs: Any,
+) -> float:
+    """``compute_score`` as a coroutine, for verl's reward loop."""
+    reward = configured(reward_kwargs)
+    return await reward.compute_score_async(data_source, solution_str, ground_truth, extra_info)
+
+
+def compute_score_batch(
+    data_sources: Sequence[Any],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+    **reward_kwargs: Any,
+) -> list[float]:
+    """verl's batched reward function (``reward_manager=batch``), set up by ``reward_kwargs``."""
+    reward = configured(reward_kwargs)
+    return reward.compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)
