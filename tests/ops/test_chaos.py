@@ -232,7 +232,12 @@ def test_chaos_loses_nothing_scores_right_and_rarely_twice(make_redis, start_wor
         {job_id: store.hgetall(f"chalk:job:{job_id}") for job_id in missing[:3]}
     )
     wrong = {
-        job_id: (result.status, result.score, result.error)
+        job_id: (
+            result.status,
+            result.score,
+            result.error or (result.scoring.metadata if result.scoring else None),
+            result.worker,
+        )
         for job_id, result in found.items()
         if result.status is not JobStatus.SUCCEEDED or result.score != expected[job_id]
     }
