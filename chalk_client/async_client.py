@@ -1,10 +1,22 @@
-"""``AsyncChalkClient``: ``ChalkClient``'s verbs for asyncio code.
+"""``AsyncChalkClient``: submit jobs to a Chalk cluster and get their results, in asyncio.
 
-async with AsyncChalkClient("redis://127.0.0.1:6379/0") as client:
-    result = await client.submit_and_wait(job, timeout=60)
-    batch = await client.submit_batch(jobs)
-    async for result in batch:       # as they finish
-        ...
+    async with AsyncChalkClient("redis://127.0.0.1:6379/0") as client:
+        result = await client.submit_and_wait(job, timeout=60)
+        batch = await client.submit_batch(jobs)
+        async for result in batch:            # as they finish
+            ...
+        await batch.results()                 # in job order
+
+A job id is the idempotency key: the same id submitted twice (by anyone, at
+any time while its result is kept) is scored once, and every caller gets that
+one result. Waiting never polls: the worker that finishes a job pushes its id
+to each waiter's list, on which the waiter blocks; results already there are
+read at once, so a zero timeout returns them too. A submit that cannot queue
+every job (Redis or the broker down, Redis out of memory) raises a
+``QueueError`` naming the jobs it did not queue: sending them again is safe.
+
+This module is the source of ``chalk_client.client`` (``ChalkClient``, the same
+verbs without ``await``), which ``scripts/unasync.py`` generates from it.
 """
 
 from __future__ import annotations
@@ -18,10 +30,9 @@ from types import TracebackType
 
 from chalk_client.async_store import AsyncJobStore
 from chalk_client.broker import KombuPublisher, SubmitLedger
-from chalk_client.client import RECONNECT_S, STALE_AFTER_S, Progress, describe_state, new_waiter
-from chalk_client.cluster.connection import connect_async
+from chalk_client.cluster.connection import connect_async, redacted
 from chalk_client.cluster.messages import queue_message
-from chalk_client.cluster.presence import WorkerPresence
+from chalk_client.cluster.presence import WorkerPresence, read_workers_async
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
@@ -33,24 +44,27 @@ from chalk_client.errors import (
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import reaching
+from chalk_client.store_errors import reaching
 from chalk_client.summary import BatchSummary, summarize
-from chalk_client.workers import POLL_S, no_worker_message, on_queue, read_workers_async
-
-WAIT_SLICE_S = 2.0
-
-
-def _left(deadline: float | None) -> float:
-    if deadline is None:
-        return WAIT_SLICE_S
-    return min(WAIT_SLICE_S, deadline - time.monotonic())
+from chalk_client.waiting import (
+    RECONNECT_S,
+    STALE_AFTER_S,
+    Progress,
+    deadline_of,
+    describe_state,
+    new_waiter,
+    next_slice,
+    shown_ids,
+)
+from chalk_client.workers import POLL_S, no_worker_message, on_queue
 
 
 class _AsyncCollector:
     """The results of some jobs, gathered as the waiter's list announces them.
 
-    As ``ChalkClient``'s: results there before the waiter watched, or whose
-    announcement may have expired unread, are read directly.
+    Results that were there before the waiter watched are read directly (a
+    waiter's list is told only of jobs that finish later), and so are those
+    whose announcement may have expired while nobody read the list.
     """
 
     def __init__(
@@ -67,16 +81,16 @@ class _AsyncCollector:
     async def collect(self, timeout: float) -> list[JobResult]:
         """Results that arrived within ``timeout`` seconds (maybe none; 0 does not block).
 
-        Rides out an unreachable Redis as ``ChalkClient`` does (up to ``RECONNECT_S``),
-        then asks again about every pending job.
+        While Redis cannot be reached (a restart), this waits for it, up to
+        ``RECONNECT_S``; then it asks again about every pending job, so that an
+        announcement lost with the connection is not missed.
         """
         try:
             fresh = await self._catch_up()
             if not fresh and self.pending:
                 self._read_at = time.monotonic()
-                fresh = await self._take(
-                    await self.store.pop_done(self.waiter, timeout), announced=True
-                )
+                done = await self.store.pop_done(self.waiter, timeout)
+                fresh = await self._take(done, announced=True)
             self._unreachable_since = None
         except QueueUnavailableError:
             now = time.monotonic()
@@ -105,12 +119,17 @@ class _AsyncCollector:
         return []
 
     async def _take(self, job_ids: Iterable[str], *, announced: bool = False) -> list[JobResult]:
+        """The results of those of ``job_ids`` still pending, as far as they exist.
+
+        An ``announced`` job without a result had its failed result cleared to be
+        scored again: the waiter watches it again.
+        """
         ids = [job_id for job_id in dict.fromkeys(job_ids) if job_id in self.pending]
         fresh: list[JobResult] = []
         lost: list[str] = []
         for job_id, result in zip(ids, await self.store.results(ids), strict=True):
             if result is None:
-                lost.append(job_id)
+                lost.append(job_id)  # announced, but a failed result was cleared to retry it
                 continue
             del self.pending[job_id]
             self.results[job_id] = result
@@ -118,16 +137,17 @@ class _AsyncCollector:
         if lost and announced:
             replies = await self.store.watch(lost, self.waiter)
             again = [i for i, reply in zip(lost, replies, strict=True) if reply == "done"]
-            for job_id, found in zip(again, await self.store.results(again), strict=True):
-                if found is not None:
+            found = await self.store.results(again)
+            for job_id, result in zip(again, found, strict=True):
+                if result is not None:
                     del self.pending[job_id]
-                    self.results[job_id] = found
-                    fresh.append(found)
+                    self.results[job_id] = result
+                    fresh.append(result)
         return fresh
 
 
 class AsyncJobHandle:
-    """One submitted job, for asyncio: ``await handle.wait(timeout)``."""
+    """One submitted job: wait for its result, or look at it."""
 
     def __init__(
         self, store: AsyncJobStore, job_id: str, waiter: str, *, watching: bool = True
@@ -141,15 +161,15 @@ class AsyncJobHandle:
 
         A result already there is returned whatever the timeout, 0 included.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         while self.job_id not in self._collector.results:
-            left = _left(deadline)
+            left = next_slice(deadline)
             await self._collector.collect(max(left, 0.0))
             if self.job_id not in self._collector.results and left <= 0:
+                state = describe_state(await self.status())
                 raise ResultTimeout(
-                    f"job {self.job_id!r} has no result after {timeout:g} s "
-                    f"({describe_state(await self.status())}); wait again "
-                    f"with AsyncChalkClient.job({self.job_id!r}).wait(timeout)"
+                    f"job {self.job_id!r} has no result after {timeout:g} s ({state}); wait "
+                    f"again with AsyncChalkClient.job({self.job_id!r}).wait(timeout)"
                 )
         return self._collector.results[self.job_id]
 
@@ -168,9 +188,16 @@ class AsyncJobHandle:
             return None
         return JobStatus.RUNNING if state.running else JobStatus.QUEUED
 
+    def __repr__(self) -> str:
+        return f"AsyncJobHandle({self.job_id!r})"
+
 
 class AsyncBatch:
-    """Jobs submitted together, for asyncio: ``async for result in batch``, or ``await wait()``."""
+    """Jobs submitted together: iterate over results as they finish, or wait for all.
+
+    ``job_ids`` keeps the order (and repeats) of the jobs as given; a repeated
+    id is one job with one result. A batch is not meant to be shared by threads.
+    """
 
     def __init__(
         self,
@@ -203,27 +230,20 @@ class AsyncBatch:
         return len(self._collector.results)
 
     async def as_completed(self, timeout: float | None = None) -> AsyncIterator[JobResult]:
-        """Each job's result once, as it finishes; ``ResultTimeout`` after ``timeout`` s.
+        """Each job's result once, as it finishes (those already in first).
 
-        Results already there are yielded first, whatever the timeout.
+        Raises ``ResultTimeout`` naming the jobs still unfinished after ``timeout``
+        seconds; results already there are yielded first, whatever the timeout.
         """
         for result in list(self._collector.results.values()):
             yield result
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         while self._collector.pending:
-            left = _left(deadline)
+            left = next_slice(deadline)
             for result in await self._collector.collect(max(left, 0.0)):
                 yield result
             if self._collector.pending and left <= 0:
-                pending = list(self._collector.pending)
-                shown = ", ".join(repr(i) for i in pending[:5]) + (
-                    ", ..." if len(pending) > 5 else ""
-                )
-                raise ResultTimeout(
-                    f"batch {self.id}: {len(pending)} of {self.total} jobs have no result after "
-                    f"{timeout:g} s ({shown}); wait again with "
-                    f"AsyncChalkClient.batch({self.id!r}).wait(timeout)"
-                )
+                raise self._timeout(timeout)
 
     async def wait(
         self, timeout: float | None = None, progress: Progress | None = None
@@ -246,9 +266,25 @@ class AsyncBatch:
         states = await self._store.states(unfinished)
         return summarize(ids, results, states, batch_id=self.id, settings=self._store.settings)
 
+    def _timeout(self, timeout: float | None) -> ResultTimeout:
+        pending = list(self._collector.pending)
+        return ResultTimeout(
+            f"batch {self.id}: {len(pending)} of {self.total} jobs have no result after "
+            f"{timeout:g} s ({shown_ids(pending)}); wait again with "
+            f"AsyncChalkClient.batch({self.id!r}).wait(timeout)"
+        )
+
+    def __repr__(self) -> str:
+        return f"AsyncBatch({self.id!r}, {self.done}/{self.total} done)"
+
 
 class AsyncChalkClient:
-    """``ChalkClient`` for asyncio: the same verbs, awaited. One per event loop."""
+    """Submit jobs to a Chalk cluster (``CHALK_REDIS_URL``) and wait for their results.
+
+    Jobs are validated here: an invalid job raises ``InvalidJobError`` and is not
+    sent. The asyncio client belongs to one event loop; the sync ``ChalkClient``
+    is safe to share between threads (its handles and batches are not).
+    """
 
     def __init__(
         self,
@@ -274,7 +310,7 @@ class AsyncChalkClient:
     async def _submit(
         self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
     ) -> None:
-        """See ``ChalkClient._submit``."""
+        """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
         ledger = SubmitLedger(
             [job.job_id for job in jobs],
@@ -304,9 +340,10 @@ class AsyncChalkClient:
     async def _publish(
         self, job_ids: list[str], waiter: str, batch_id: str | None, ledger: SubmitLedger
     ) -> None:
-        """See ``ChalkClient._publish``."""
+        """Publish fresh jobs to the broker; give back those it refused (or all, if stopped)."""
         assert self._publisher is not None
         try:
+            # unasync: self._publisher.publish(job_ids, batch_id)
             await asyncio.to_thread(self._publisher.publish, job_ids, batch_id)
         except BaseException as exc:
             unsent = (exc.not_queued if isinstance(exc, QueueError) else ()) or job_ids
@@ -322,7 +359,13 @@ class AsyncChalkClient:
             await self.store.published(job_ids, waiter)
 
     async def submit(self, job: JobLike, *, retry_failed: bool = False) -> AsyncJobHandle:
-        """Send one job (see ``ChalkClient.submit``: a failure says the job was not queued)."""
+        """Send one job; its handle waits for the result.
+
+        A job whose id already has a result is not scored again (``retry_failed``
+        scores it again if that result is ``failed``). If the job cannot be queued
+        (Redis or the broker down, Redis out of memory) this raises a ``QueueError``
+        saying so; submitting it again is safe.
+        """
         prepared = prepare_job(job)
         waiter = new_waiter()
         await self._submit([prepared], waiter, retry_failed, None)
@@ -338,7 +381,13 @@ class AsyncChalkClient:
     async def submit_batch(
         self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
     ) -> AsyncBatch:
-        """Send many jobs in a few pipelined round trips (see ``ChalkClient.submit_batch``)."""
+        """Send many jobs in a few pipelined round trips; every job is validated first.
+
+        Raises ``InvalidJobError`` (nothing is sent) if any job is invalid. If the
+        batch cannot be sent whole, the ``QueueError`` raised says how many jobs
+        were queued; its ``not_queued`` and ``batch_id`` say what to send again
+        (sending the whole batch again, under the same id, is safe too).
+        """
         prepared = [prepare_job(job) for job in jobs]
         first: dict[str, PreparedJob] = {}
         for job in prepared:
@@ -349,11 +398,11 @@ class AsyncChalkClient:
         return AsyncBatch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     async def get(self, job_id: str) -> JobResult | None:
-        """The job's result, or ``None`` while it has none."""
+        """The job's result, or ``None`` while it has none (or no such job exists)."""
         return (await self.store.results([job_id]))[0]
 
     async def job(self, job_id: str) -> AsyncJobHandle:
-        """A handle on a job submitted earlier; raises ``QueueError`` if unknown.
+        """A handle on a job submitted earlier (by anyone); raises ``QueueError`` if unknown.
 
         Looking (``get``, ``status``) leaves nothing in Redis; ``wait`` watches the job.
         """
@@ -362,14 +411,22 @@ class AsyncChalkClient:
         return AsyncJobHandle(self.store, job_id, new_waiter(), watching=False)
 
     async def batch(self, batch_id: str) -> AsyncBatch:
-        """A batch submitted earlier, to wait on again; raises ``QueueError`` if unknown."""
+        """A batch submitted earlier (by anyone), to wait on again; ``QueueError`` if unknown."""
         ids = await self.store.batch_ids(batch_id)
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return AsyncBatch(self.store, batch_id, ids, new_waiter(), watching=False)
 
+    async def batch_summary(self, batch_id: str) -> BatchSummary:
+        """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""
+        return await (await self.batch(batch_id)).summary()
+
     async def workers(self) -> list[WorkerPresence]:
-        """The live workers that take this client's queue; see ``ChalkClient.workers``."""
+        """The live workers that take this client's queue (``CHALK_QUEUE``), by node name.
+
+        Each is a ``WorkerPresence``: node, pool, concurrency, sandbox layers, LLM
+        server and model. A worker is listed once it is ready to take jobs.
+        """
         with reaching(self.redis_url):
             return on_queue(await read_workers_async(self.store.redis), self.settings.queue)
 
@@ -379,8 +436,9 @@ class AsyncChalkClient:
         """Wait until at least ``count`` live workers take the queue; returns them.
 
         Raises ``NoLiveWorkerError`` after ``timeout`` seconds (``None``: wait for ever).
+        Jobs may be submitted before any worker is live: they wait in the queue.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         while True:
             live = await self.workers()
             if len(live) >= count:
@@ -398,6 +456,9 @@ class AsyncChalkClient:
         await self.store.redis.aclose()
         if self._publisher is not None:
             self._publisher.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncChalkClient({redacted(self.redis_url)!r})"
 
     async def __aenter__(self) -> AsyncChalkClient:
         return self

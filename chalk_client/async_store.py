@@ -1,4 +1,15 @@
-"""``JobStore`` for asyncio: the same commands (queued by ``chalk_client.store``), awaited."""
+"""The client's half of the cluster store: submit jobs, wait for them, read results.
+
+Everything goes through pipelines: submitting a batch costs a few round trips
+per thousand jobs, however many jobs there are. The commands themselves are
+queued by the builders of ``chalk_client.cluster.submit``. Waiting is a blocking
+pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
+script fills: no polling. Every Redis error becomes a ``ChalkError``
+(``reaching``).
+
+``AsyncJobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
+``scripts/unasync.py`` generates from it.
+"""
 
 from __future__ import annotations
 
@@ -28,11 +39,14 @@ from chalk_client.cluster.submit import (
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import DRAIN, reaching
+from chalk_client.store_errors import reaching
+
+DRAIN = 10_000
+"""Most finished ids taken from a done list in one call."""
 
 
 class AsyncJobStore:
-    """Awaitable access to the cluster's jobs and results, for ``AsyncChalkClient``."""
+    """Access to the cluster's jobs and results, for ``AsyncChalkClient``."""
 
     def __init__(self, client: redis.asyncio.Redis, settings: ChalkSettings, url: str) -> None:
         self.redis = client
@@ -42,7 +56,11 @@ class AsyncJobStore:
     async def _pipeline(
         self, build: Callable[[Pipeline], object], *, each: bool = False
     ) -> list[Any]:
-        """See ``JobStore._pipeline``."""
+        """Run the commands ``build`` queues in one round trip, loading scripts if needed.
+
+        A command's error is raised (as a ``ChalkError``), or with ``each`` left in
+        its place among the replies.
+        """
         with reaching(self.url):
             replies = await run_pipeline_async(self.redis, build)
             error = first_error(replies)
@@ -59,7 +77,15 @@ class AsyncJobStore:
         retry_failed: bool = False,
         batch_id: str | None = None,
     ) -> AsyncIterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
-        """See ``JobStore.submit``."""
+        """Record and enqueue ``jobs``, a chunk per round trip; yields each chunk and its replies.
+
+        A reply is the job's outcome (``queued``, ``requeued``, ``duplicate``,
+        ``done``) or the error Redis gave for it (out of memory, say).
+        ``messages`` builds each job's broker message (a Redis broker); with
+        ``None`` the caller publishes the jobs whose outcome is ``queued`` or
+        ``requeued`` itself, then says so (``published``) or gives them back
+        (``release``).
+        """
         settings = self.settings
         if batch_id is not None:
             listed = set(await self.batch_ids(batch_id))
@@ -86,19 +112,24 @@ class AsyncJobStore:
             yield chunk, chunk_replies(chunk, writes, await self._pipeline(build, each=True))
 
     async def published(self, job_ids: Sequence[str], waiter: str) -> None:
-        """See ``JobStore.published``."""
+        """Note that this submit (``waiter``) published the messages of ``job_ids``."""
         if job_ids:
             await self._pipeline(partial(queue_published, job_ids=job_ids, waiter=waiter))
 
     async def release(self, job_ids: Sequence[str], waiter: str) -> list[str]:
-        """See ``JobStore.release``."""
+        """Give back the jobs whose publish failed; per job ``released``, ``unpublished``
+        (either way the next submit sends it) or ``queued`` (it was delivered after all)."""
         if not job_ids:
             return []
         replies = await self._pipeline(partial(queue_release, job_ids=job_ids, waiter=waiter))
         return [as_text(reply) for reply in replies]
 
     async def watch(self, job_ids: Sequence[str], waiter: str) -> list[str]:
-        """See ``JobStore.watch``."""
+        """Have ``waiter`` told when each job finishes.
+
+        Returns per job ``done`` (it has a result: nothing will be told),
+        ``waiting`` or ``unknown`` (no such job).
+        """
         replies: list[str] = []
         for start in range(0, len(job_ids), CHUNK):
             part = job_ids[start : start + CHUNK]
@@ -107,7 +138,10 @@ class AsyncJobStore:
         return replies
 
     async def pop_done(self, waiter: str, timeout: float) -> list[str]:
-        """See ``JobStore.pop_done``."""
+        """Ids of the waiter's finished jobs, blocking up to ``timeout`` seconds for the first.
+
+        A ``timeout`` of 0 (or less) takes what is there without blocking.
+        """
         key = keys.done(waiter)
         with reaching(self.url):
             if timeout <= 0:
@@ -120,12 +154,12 @@ class AsyncJobStore:
         return [as_text(first[1]), *(as_text(item) for item in rest or [])]
 
     async def forget(self, waiter: str) -> None:
-        """See ``JobStore.forget``."""
+        """Delete the waiter's done list: its wait is over."""
         with reaching(self.url):
             await self.redis.delete(keys.done(waiter))
 
     async def results(self, job_ids: Sequence[str]) -> list[JobResult | None]:
-        """See ``JobStore.results``."""
+        """The stored result of each job, ``None`` where there is none yet."""
         found: list[JobResult | None] = []
         with reaching(self.url):
             for start in range(0, len(job_ids), CHUNK * 4):
@@ -135,15 +169,32 @@ class AsyncJobStore:
         return found
 
     async def batch_ids(self, batch_id: str) -> list[str]:
-        """See ``JobStore.batch_ids``."""
+        """A batch's job ids in order (empty for an unknown batch)."""
         with reaching(self.url):
             ids: Any = await self.redis.lrange(keys.batch(batch_id), 0, -1)
         return [as_text(i) for i in ids]
 
+    async def recent_batches(self, count: int) -> list[str]:
+        """The ids of the most recent batches, newest first."""
+        with reaching(self.url):
+            ids: Any = await self.redis.zrevrange(keys.BATCHES, 0, count - 1)
+        return [as_text(i) for i in ids]
+
     async def states(self, job_ids: Sequence[str]) -> list[JobState]:
-        """See ``JobStore.states``."""
+        """What the store knows of each unfinished job: record, lease, attempts."""
         states: list[JobState] = []
         for start in range(0, len(job_ids), CHUNK):
             part = job_ids[start : start + CHUNK]
-            states.extend(parse_states(await self._pipeline(partial(queue_states, job_ids=part))))
+            replies = await self._pipeline(partial(queue_states, job_ids=part))
+            states.extend(parse_states(replies))
         return states
+
+    async def queue_length(self) -> int:
+        """Messages waiting in the broker queue, when the broker is this Redis."""
+        with reaching(self.url):
+            return int(await self.redis.llen(self.settings.queue))
+
+    async def running_count(self) -> int:
+        """Jobs holding a lease right now."""
+        with reaching(self.url):
+            return int(await self.redis.zcard(keys.RUNNING))

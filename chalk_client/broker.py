@@ -27,7 +27,7 @@ from chalk_client.cluster.connection import shown_url
 from chalk_client.cluster.messages import EMBED, task_headers, task_queue
 from chalk_client.errors import ChalkError, ConfigurationError, QueueError, QueueUnavailableError
 from chalk_client.records import PreparedJob
-from chalk_client.store import store_error
+from chalk_client.store_errors import store_error
 
 RETRY_POLICY: dict[str, Any] = {"max_retries": 3}
 """How a publish rides out a broker that drops the connection (kombu's ``retry_policy``)."""

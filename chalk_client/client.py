@@ -1,11 +1,12 @@
-"""``ChalkClient``: submit jobs to a Chalk cluster and get their results.
+# Generated from chalk_client/async_client.py by scripts/unasync.py: edit that file, not this one.
+"""``ChalkClient``: submit jobs to a Chalk cluster and get their results, in asyncio.
 
-    client = ChalkClient("redis://127.0.0.1:6379/0")
-    result = client.submit_and_wait(job, timeout=60)
-    batch = client.submit_batch(jobs)
-    for result in batch:            # as they finish
-        ...
-    batch.results()                 # in job order
+    with ChalkClient("redis://127.0.0.1:6379/0") as client:
+        result = client.submit_and_wait(job, timeout=60)
+        batch = client.submit_batch(jobs)
+        for result in batch:            # as they finish
+            ...
+        batch.results()                 # in job order
 
 A job id is the idempotency key: the same id submitted twice (by anyone, at
 any time while its result is kept) is scored once, and every caller gets that
@@ -14,19 +15,21 @@ to each waiter's list, on which the waiter blocks; results already there are
 read at once, so a zero timeout returns them too. A submit that cannot queue
 every job (Redis or the broker down, Redis out of memory) raises a
 ``QueueError`` naming the jobs it did not queue: sending them again is safe.
+
+This module is the source of ``chalk_client.client`` (``ChalkClient``, the same
+verbs without ``await``), which ``scripts/unasync.py`` generates from it.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
 from types import TracebackType
 
 from chalk_client.broker import KombuPublisher, SubmitLedger
-from chalk_client.cluster.connection import connect
-from chalk_client.cluster.keys import DONE_TTL_S
+from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.errors import (
@@ -40,45 +43,20 @@ from chalk_client.errors import (
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
-from chalk_client.store import JobStore, reaching
-from chalk_client.summary import BatchSummary, summarize_jobs
+from chalk_client.store import JobStore
+from chalk_client.store_errors import reaching
+from chalk_client.summary import BatchSummary, summarize
+from chalk_client.waiting import (
+    RECONNECT_S,
+    STALE_AFTER_S,
+    Progress,
+    deadline_of,
+    describe_state,
+    new_waiter,
+    next_slice,
+    shown_ids,
+)
 from chalk_client.workers import POLL_S, no_worker_message, on_queue
-
-WAIT_SLICE_S = 2.0
-"""Longest single blocking pop: under the client's socket timeout, and Ctrl-C is heard."""
-RECONNECT_S = 120.0
-"""How long a waiting client rides out an unreachable Redis (a restart) before giving up."""
-STALE_AFTER_S = DONE_TTL_S / 2
-"""A waiter that has not read its done list for this long reads its jobs' results instead:
-announcements pushed meanwhile may have expired with the list."""
-
-Progress = Callable[[int, int], object]
-"""Called as ``progress(done, total)`` each time a batch's job finishes."""
-
-
-def new_waiter() -> str:
-    """A fresh waiter token: each handle or batch blocks on a list of its own."""
-    return "w-" + uuid.uuid4().hex
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
-
-
-def _slice(deadline: float | None) -> float:
-    if deadline is None:
-        return WAIT_SLICE_S
-    return min(WAIT_SLICE_S, deadline - time.monotonic())
-
-
-def describe_state(status: JobStatus | None) -> str:
-    """How a timeout message says where a job is."""
-    if status is None:
-        return (
-            "not in the cluster: never submitted, expired, or its submit failed; submitting "
-            "it again is safe"
-        )
-    return f"it is {status}"
 
 
 class _Collector:
@@ -111,7 +89,8 @@ class _Collector:
             fresh = self._catch_up()
             if not fresh and self.pending:
                 self._read_at = time.monotonic()
-                fresh = self._take(self.store.pop_done(self.waiter, timeout), announced=True)
+                done = self.store.pop_done(self.waiter, timeout)
+                fresh = self._take(done, announced=True)
             self._unreachable_since = None
         except QueueUnavailableError:
             now = time.monotonic()
@@ -132,7 +111,8 @@ class _Collector:
             ids = list(self.pending)
             replies = self.store.watch(ids, self.waiter)
             self._watching = True
-            return self._take([i for i, reply in zip(ids, replies, strict=True) if reply == "done"])
+            done = [i for i, reply in zip(ids, replies, strict=True) if reply == "done"]
+            return self._take(done)
         if self._read_at is None or now - self._read_at > STALE_AFTER_S:
             self._read_at = now
             return self._take(list(self.pending))
@@ -179,28 +159,29 @@ class JobHandle:
 
         A result already there is returned whatever the timeout, 0 included.
         """
-        deadline = _deadline(timeout)
+        deadline = deadline_of(timeout)
         while self.job_id not in self._collector.results:
-            left = _slice(deadline)
+            left = next_slice(deadline)
             self._collector.collect(max(left, 0.0))
             if self.job_id not in self._collector.results and left <= 0:
+                state = describe_state(self.status())
                 raise ResultTimeout(
-                    f"job {self.job_id!r} has no result after {timeout:g} s "
-                    f"({describe_state(self.status())}); wait again with "
-                    f"ChalkClient.job({self.job_id!r}).wait(timeout)"
+                    f"job {self.job_id!r} has no result after {timeout:g} s ({state}); wait "
+                    f"again with ChalkClient.job({self.job_id!r}).wait(timeout)"
                 )
         return self._collector.results[self.job_id]
 
     def get(self) -> JobResult | None:
         """The result if the job has finished, else ``None``; does not wait."""
-        return self._collector.results.get(self.job_id) or self._store.results([self.job_id])[0]
+        found = self._collector.results.get(self.job_id)
+        return found or (self._store.results([self.job_id]))[0]
 
     def status(self) -> JobStatus | None:
         """``queued``, ``running``, ``succeeded``, ``failed``; ``None`` for an unknown job."""
         result = self.get()
         if result is not None:
             return result.status
-        state = self._store.states([self.job_id])[0]
+        state = (self._store.states([self.job_id]))[0]
         if not state.recorded:
             return None
         return JobStatus.RUNNING if state.running else JobStatus.QUEUED
@@ -213,7 +194,7 @@ class Batch:
     """Jobs submitted together: iterate over results as they finish, or wait for all.
 
     ``job_ids`` keeps the order (and repeats) of the jobs as given; a repeated
-    id is one job with one result. A ``Batch`` is not meant to be shared by threads.
+    id is one job with one result. A batch is not meant to be shared by threads.
     """
 
     def __init__(
@@ -252,11 +233,13 @@ class Batch:
         Raises ``ResultTimeout`` naming the jobs still unfinished after ``timeout``
         seconds; results already there are yielded first, whatever the timeout.
         """
-        yield from list(self._collector.results.values())
-        deadline = _deadline(timeout)
+        for result in list(self._collector.results.values()):
+            yield result
+        deadline = deadline_of(timeout)
         while self._collector.pending:
-            left = _slice(deadline)
-            yield from self._collector.collect(max(left, 0.0))
+            left = next_slice(deadline)
+            for result in self._collector.collect(max(left, 0.0)):
+                yield result
             if self._collector.pending and left <= 0:
                 raise self._timeout(timeout)
 
@@ -267,25 +250,26 @@ class Batch:
         for _ in self.as_completed(timeout):
             if progress is not None:
                 progress(self.done, self.total)
-        return self.results()
+        return [self._collector.results[job_id] for job_id in self.job_ids]
 
     def results(self, timeout: float | None = None) -> list[JobResult]:
         """Every job's result in the order the jobs were given, waiting for those unfinished."""
-        if self._collector.pending:
-            for _ in self.as_completed(timeout):
-                pass
-        return [self._collector.results[job_id] for job_id in self.job_ids]
+        return self.wait(timeout)
 
     def summary(self) -> BatchSummary:
         """Counts by status (queued and running included), mean score, failures: as of now."""
-        return summarize_jobs(self._store, self.job_ids, batch_id=self.id)
+        ids = list(dict.fromkeys(self.job_ids))
+        results = self._store.results(ids)
+        unfinished = [job_id for job_id, result in zip(ids, results, strict=True) if result is None]
+        states = self._store.states(unfinished)
+        return summarize(ids, results, states, batch_id=self.id, settings=self._store.settings)
 
     def _timeout(self, timeout: float | None) -> ResultTimeout:
         pending = list(self._collector.pending)
-        shown = ", ".join(repr(i) for i in pending[:5]) + (", ..." if len(pending) > 5 else "")
         return ResultTimeout(
             f"batch {self.id}: {len(pending)} of {self.total} jobs have no result after "
-            f"{timeout:g} s ({shown}); wait again with ChalkClient.batch({self.id!r}).wait(timeout)"
+            f"{timeout:g} s ({shown_ids(pending)}); wait again with "
+            f"ChalkClient.batch({self.id!r}).wait(timeout)"
         )
 
     def __repr__(self) -> str:
@@ -295,8 +279,9 @@ class Batch:
 class ChalkClient:
     """Submit jobs to a Chalk cluster (``CHALK_REDIS_URL``) and wait for their results.
 
-    Safe to share between threads (handles and batches are not). Jobs are
-    validated here: an invalid job raises ``InvalidJobError`` and is not sent.
+    Jobs are validated here: an invalid job raises ``InvalidJobError`` and is not
+    sent. The asyncio client belongs to one event loop; the sync ``ChalkClient``
+    is safe to share between threads (its handles and batches are not).
     """
 
     def __init__(
@@ -387,7 +372,8 @@ class ChalkClient:
         self, job: JobLike, timeout: float | None = None, *, retry_failed: bool = False
     ) -> JobResult:
         """Send one job and wait for its result; raises ``ResultTimeout`` after ``timeout`` s."""
-        return self.submit(job, retry_failed=retry_failed).wait(timeout)
+        handle = self.submit(job, retry_failed=retry_failed)
+        return handle.wait(timeout)
 
     def submit_batch(
         self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
@@ -410,14 +396,14 @@ class ChalkClient:
 
     def get(self, job_id: str) -> JobResult | None:
         """The job's result, or ``None`` while it has none (or no such job exists)."""
-        return self.store.results([job_id])[0]
+        return (self.store.results([job_id]))[0]
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on a job submitted earlier (by anyone); raises ``QueueError`` if unknown.
 
         Looking (``get``, ``status``) leaves nothing in Redis; ``wait`` watches the job.
         """
-        if self.get(job_id) is None and not self.store.states([job_id])[0].recorded:
+        if self.get(job_id) is None and not (self.store.states([job_id]))[0].recorded:
             raise QueueError(f"no job {job_id!r} in the cluster (never submitted, or expired)")
         return JobHandle(self.store, job_id, new_waiter(), watching=False)
 
@@ -430,10 +416,7 @@ class ChalkClient:
 
     def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""
-        ids = self.store.batch_ids(batch_id)
-        if not ids:
-            raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
-        return summarize_jobs(self.store, ids, batch_id=batch_id)
+        return (self.batch(batch_id)).summary()
 
     def workers(self) -> list[WorkerPresence]:
         """The live workers that take this client's queue (``CHALK_QUEUE``), by node name.
@@ -452,7 +435,7 @@ class ChalkClient:
         Raises ``NoLiveWorkerError`` after ``timeout`` seconds (``None``: wait for ever).
         Jobs may be submitted before any worker is live: they wait in the queue.
         """
-        deadline = _deadline(timeout)
+        deadline = deadline_of(timeout)
         while True:
             live = self.workers()
             if len(live) >= count:
@@ -470,6 +453,9 @@ class ChalkClient:
         self.store.redis.close()
         if self._publisher is not None:
             self._publisher.close()
+
+    def __repr__(self) -> str:
+        return f"ChalkClient({redacted(self.redis_url)!r})"
 
     def __enter__(self) -> ChalkClient:
         return self

@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from chalk_client.cluster import keys
-from chalk_client.store import JobStore, reaching
+from chalk_client.store import JobStore
+from chalk_client.store_errors import reaching
 from chalk_client.summary import BatchSummary
 
 

@@ -24,7 +24,7 @@ from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.cluster.script import as_text
 from chalk_client.eta import duration
-from chalk_client.store import reaching
+from chalk_client.store_errors import reaching
 
 UNACKED_KEY = "unacked"
 """kombu's Redis transport: messages delivered to a consumer and not acknowledged yet."""

@@ -29,7 +29,7 @@ from chalk_client.cluster.purge import queue_purge
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
 from chalk_client.errors import QueueError, QueueUnavailableError
 from chalk_client.jobs import JobResult, JobStatus
-from chalk_client.store import reaching
+from chalk_client.store_errors import reaching
 
 PURGED_ERROR = (
     "purged by an operator (chalk purge) before it ran; score it again with "

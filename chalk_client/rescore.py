@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
 from chalk_client.cluster.submit import queue_clear_finished
-from chalk_client.store import reaching
+from chalk_client.store_errors import reaching
 
 if TYPE_CHECKING:
     from chalk_client.client import ChalkClient

@@ -20,7 +20,7 @@ from chalk_client.cluster.script import as_text
 from chalk_client.errors import QueueError
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.records import load_job
-from chalk_client.store import reaching
+from chalk_client.store_errors import reaching
 
 SHOWN = 10
 """Job ids listed per kind in a report."""

@@ -1,27 +1,26 @@
+# Generated from chalk_client/async_store.py by scripts/unasync.py: edit that file, not this one.
 """The client's half of the cluster store: submit jobs, wait for them, read results.
 
 Everything goes through pipelines: submitting a batch costs a few round trips
 per thousand jobs, however many jobs there are. The commands themselves are
-queued by the builders of ``chalk_client.cluster.submit``, shared with
-``chalk_client.async_store``.
-Waiting is a blocking pop on the waiter's own list (``chalk:done:WAITER``), which
-the worker's finish script fills: no polling.
+queued by the builders of ``chalk_client.cluster.submit``. Waiting is a blocking
+pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
+script fills: no polling. Every Redis error becomes a ``ChalkError``
+(``reaching``).
 
-Every Redis error becomes a ``ChalkError`` here (``reaching``): callers of the
-client never see a raw ``redis`` exception.
+``JobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
+``scripts/unasync.py`` generates from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
 import redis
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.connection import shown_url
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
 from chalk_client.cluster.submit import (
     CHUNK,
@@ -38,69 +37,17 @@ from chalk_client.cluster.submit import (
     queue_submit_chunk,
     queue_watches,
 )
-from chalk_client.errors import (
-    ChalkError,
-    ConfigurationError,
-    QueueError,
-    QueueUnavailableError,
-    StoreFullError,
-    StoreRefusedError,
-)
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings
+from chalk_client.store_errors import reaching
 
 DRAIN = 10_000
 """Most finished ids taken from a done list in one call."""
 
 
-def store_error(exc: redis.RedisError, url: str) -> ChalkError:
-    """The ``ChalkError`` a Redis error means, saying what to do about it."""
-    where = shown_url(url)
-    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
-        return ConfigurationError(
-            f"Redis at {where} refused the credentials: {exc}. Check the user and password "
-            "in CHALK_REDIS_URL."
-        )
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return QueueUnavailableError(
-            f"cannot reach Redis at {where}: {str(exc).rstrip('.')}. Is it running? "
-            "Check CHALK_REDIS_URL."
-        )
-    if isinstance(exc, redis.exceptions.OutOfMemoryError):
-        return StoreFullError(
-            f"Redis at {where} is out of memory: its used memory is over maxmemory, so it "
-            f"refuses writes ({exc}). Free memory (raise maxmemory, shorten "
-            "CHALK_RESULT_TTL_S/CHALK_JOB_TTL_S, delete old results), then try again."
-        )
-    if isinstance(exc, redis.exceptions.ReadOnlyError):
-        return StoreRefusedError(
-            f"Redis at {where} is a read-only replica ({exc}): point CHALK_REDIS_URL at "
-            "the primary."
-        )
-    if isinstance(exc, redis.ResponseError):
-        return StoreRefusedError(
-            f"Redis at {where} refused a command: {exc}. Check its log and settings "
-            "(persistence, ACLs, memory) and that nothing else writes chalk:* keys."
-        )
-    return QueueError(f"talking to Redis at {where} failed: {type(exc).__name__}: {exc}")
-
-
-@contextmanager
-def reaching(url: str) -> Iterator[None]:
-    """Turn any Redis error into a ``ChalkError`` naming the URL (``store_error``).
-
-    An unreachable Redis is ``QueueUnavailableError``; one out of memory is
-    ``StoreFullError``.
-    """
-    try:
-        yield
-    except redis.RedisError as exc:
-        raise store_error(exc, url) from exc
-
-
 class JobStore:
-    """Blocking access to the cluster's jobs and results, for ``ChalkClient``."""
+    """Access to the cluster's jobs and results, for ``ChalkClient``."""
 
     def __init__(self, client: redis.Redis, settings: ChalkSettings, url: str) -> None:
         self.redis = client
@@ -235,7 +182,8 @@ class JobStore:
         states: list[JobState] = []
         for start in range(0, len(job_ids), CHUNK):
             part = job_ids[start : start + CHUNK]
-            states.extend(parse_states(self._pipeline(partial(queue_states, job_ids=part))))
+            replies = self._pipeline(partial(queue_states, job_ids=part))
+            states.extend(parse_states(replies))
         return states
 
     def queue_length(self) -> int:

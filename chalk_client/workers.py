@@ -12,15 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import redis.asyncio
-from pydantic import ValidationError
-
-from chalk_client.cluster import keys
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence
-from chalk_client.cluster.script import as_text
 from chalk_client.errors import ChalkError
 
 if TYPE_CHECKING:
@@ -32,28 +27,6 @@ CHECK_S = 2.0
 """How often ``chalk score`` looks for a live worker while it waits for results."""
 REMIND_S = 30.0
 """How often it says again that no worker is live."""
-
-
-def parse_presences(raws: Sequence[Any]) -> list[WorkerPresence]:
-    """The presences among raw records (expired or unreadable records are left out)."""
-    found = []
-    for raw in raws:
-        if raw is None:
-            continue
-        try:
-            found.append(WorkerPresence.model_validate_json(raw))
-        except ValidationError:
-            continue
-    return found
-
-
-async def read_workers_async(client: redis.asyncio.Redis) -> list[WorkerPresence]:
-    """Every live worker's presence, by node name (the asyncio twin of ``health.read_workers``)."""
-    names = sorted([as_text(n) async for n in client.scan_iter(keys.WORKER_PREFIX + "*", 500)])
-    if not names:
-        return []
-    raws: Any = await client.mget(names)
-    return parse_presences(raws)
 
 
 def on_queue(workers: Sequence[WorkerPresence], queue: str) -> list[WorkerPresence]:

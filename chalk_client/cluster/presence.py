@@ -7,9 +7,11 @@ half lease, with a TTL of two leases, so a dead worker drops out by itself;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
+import redis.asyncio
 from pydantic import BaseModel, ValidationError
 
 from chalk_client.cluster import keys
@@ -48,18 +50,32 @@ class WorkerPresence(BaseModel):
     """Whether it has an API key for that server; the key itself is never published."""
 
 
+def parse_presences(raws: Sequence[Any]) -> list[WorkerPresence]:
+    """The presences among raw records (expired or unreadable records are left out)."""
+    found = []
+    for raw in raws:
+        if raw is None:
+            continue  # expired between the scan and the read
+        try:
+            found.append(WorkerPresence.model_validate_json(raw))
+        except ValidationError:
+            continue
+    return found
+
+
 def read_workers(client: redis.Redis) -> list[WorkerPresence]:
     """Every live worker's presence, by node name (records that do not parse are skipped)."""
     names = sorted(as_text(name) for name in client.scan_iter(keys.WORKER_PREFIX + "*", 500))
     if not names:
         return []
     raws: Any = client.mget(names)
-    workers = []
-    for raw in raws:
-        if raw is None:
-            continue  # expired between the scan and the read
-        try:
-            workers.append(WorkerPresence.model_validate_json(raw))
-        except ValidationError:
-            continue
-    return workers
+    return parse_presences(raws)
+
+
+async def read_workers_async(client: redis.asyncio.Redis) -> list[WorkerPresence]:
+    """``read_workers`` for an asyncio client."""
+    names = sorted([as_text(n) async for n in client.scan_iter(keys.WORKER_PREFIX + "*", 500)])
+    if not names:
+        return []
+    raws: Any = await client.mget(names)
+    return parse_presences(raws)

@@ -18,12 +18,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from both_clients import LoopThread, SyncView
 from processes import free_port, need, start_redis, stop
 
-from chalk_client import ChalkClient, ChalkSettings
+from chalk_client import AsyncChalkClient, ChalkClient, ChalkSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -169,11 +171,39 @@ def shared_worker(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -
     factory.stop_all()
 
 
+ClientKind = str
+"""``sync`` (``ChalkClient``) or ``async`` (``AsyncChalkClient`` driven through ``SyncView``)."""
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_client(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """``make_client(url, **kwargs)``: a client of each kind in turn, closed afterwards.
+
+    The asyncio client is seen through ``SyncView``: each test drives both clients
+    with the same code.
+    """
+    made: list[Any] = []
+    loop = LoopThread() if request.param == "async" else None
+
+    def make(url: str, **kwargs: Any) -> Any:
+        if loop is None:
+            client: Any = ChalkClient(url, **kwargs)
+        else:
+            client = SyncView(AsyncChalkClient(url, **kwargs), loop)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+    if loop is not None:
+        loop.stop()
+
+
 @pytest.fixture
-def client(redis_url: str, shared_worker: Worker) -> Iterator[ChalkClient]:
-    """A client of the session's cluster, with a worker running."""
-    with ChalkClient(redis_url, settings=ChalkSettings()) as chalk:
-        yield chalk
+def client(redis_url: str, shared_worker: Worker, make_client: Callable[..., Any]) -> Any:
+    """A client of the session's cluster, with a worker running: each kind in turn."""
+    return make_client(redis_url, settings=ChalkSettings())
 
 
 @pytest.fixture

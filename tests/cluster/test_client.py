@@ -28,10 +28,10 @@ from chalk_client.errors import NoLiveWorkerError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
 
 
-def idle_client(redis_url: str) -> tuple[ChalkClient, str]:
+def idle_client(make_client, redis_url: str) -> tuple[ChalkClient, str]:  # type: ignore[no-untyped-def]
     """A client whose queue no worker consumes, and that queue's name."""
     queue = f"idle-{uuid.uuid4().hex[:8]}"
-    return ChalkClient(redis_url, settings=ChalkSettings(queue=queue)), queue
+    return make_client(redis_url, settings=ChalkSettings(queue=queue)), queue
 
 
 def logged(scorings, key: str, **params) -> CustomJudge:
@@ -139,8 +139,8 @@ def test_an_invalid_job_is_refused_and_nothing_is_sent(client, redis_url):
     assert redis.Redis.from_url(redis_url).keys("chalk:job:*") == []
 
 
-def test_a_timeout_raises_and_names_the_job(redis_url):
-    idle, _ = idle_client(redis_url)
+def test_a_timeout_raises_and_names_the_job(redis_url, make_client):
+    idle, _ = idle_client(make_client, redis_url)
     with pytest.raises(ResultTimeout, match="waits-forever") as caught:
         idle.submit_and_wait(ScoringJob(id="waits-forever", judge=AlwaysPassJudge()), timeout=0.3)
     assert "queued" in str(caught.value)
@@ -152,8 +152,8 @@ def test_a_timeout_raises_and_names_the_job(redis_url):
     assert batch.summary().queued == 3
 
 
-def test_messages_carry_only_the_job_id_and_submissions_are_stored_once(redis_url):
-    idle, queue = idle_client(redis_url)
+def test_messages_carry_only_the_job_id_and_submissions_are_stored_once(redis_url, make_client):
+    idle, queue = idle_client(make_client, redis_url)
     submission = Submission.from_files({"big.txt": "x" * 200_000})
     jobs = [
         ScoringJob(id=f"shared-{i}", submission=submission, judge=AlwaysPassJudge())
@@ -236,8 +236,8 @@ def test_the_message_the_client_writes_is_the_one_celery_would_send(own_redis_ur
     assert ours["headers"]["argsrepr"] == theirs["headers"]["argsrepr"]
 
 
-def test_a_program_can_wait_for_the_workers_to_be_ready(own_redis_url, start_worker):
-    client = ChalkClient(own_redis_url)
+def test_a_program_can_wait_for_the_workers_to_be_ready(own_redis_url, start_worker, make_client):
+    client = make_client(own_redis_url)
     assert client.workers() == []
     started = time.monotonic()
     with pytest.raises(NoLiveWorkerError) as refused:
@@ -252,9 +252,23 @@ def test_a_program_can_wait_for_the_workers_to_be_ready(own_redis_url, start_wor
     # Ready means taking jobs: a job sent now is scored.
     assert client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=30).score == 1
 
-    async def from_asyncio() -> list[str]:
-        async with AsyncChalkClient(own_redis_url) as aclient:
-            return [w.node for w in await aclient.wait_for_workers(timeout=5)]
 
-    assert asyncio.run(from_asyncio()) == [ready.node]
-    client.close()
+def test_both_clients_have_the_same_verbs_and_reprs():
+    import inspect
+
+    from chalk_client import AsyncBatch, AsyncJobHandle, Batch, JobHandle
+
+    for sync, asyncio_twin in (
+        (ChalkClient, AsyncChalkClient),
+        (Batch, AsyncBatch),
+        (JobHandle, AsyncJobHandle),
+    ):
+        public = {n for n in dir(sync) if not n.startswith("_") or n == "__repr__"}
+        twin = {n.replace("aiter", "iter") for n in dir(asyncio_twin)}
+        assert public <= twin, public - twin
+        for name in public:
+            mine, theirs = getattr(sync, name), getattr(asyncio_twin, name)
+            if callable(mine) and not isinstance(mine, type):
+                assert inspect.signature(mine).parameters.keys() == (
+                    inspect.signature(theirs).parameters.keys()
+                ), name

@@ -101,9 +101,9 @@ def broker(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 def test_a_job_whose_publish_failed_is_scored_when_submitted_again(
-    own_redis_url, broker, start_worker, scorings, fast_publish
+    own_redis_url, broker, start_worker, scorings, fast_publish, make_client
 ):
-    client = ChalkClient(own_redis_url, broker_url=broker.url)
+    client = make_client(own_redis_url, broker_url=broker.url)
     one = ScoringJob(id="pub-1", judge=logged(scorings, "pub-1"))
     many = [ScoringJob(id=f"pub-b{i}", judge=logged(scorings, f"pub-b{i}")) for i in range(3)]
 
@@ -237,12 +237,12 @@ def small_redis(tmp_path: Path) -> Iterator[str]:
 
 
 def test_redis_out_of_memory_says_what_was_submitted_and_a_resubmit_scores_every_job(
-    small_redis, start_worker
+    small_redis, start_worker, make_client
 ):
     store = redis.Redis.from_url(small_redis)
     store.config_set("maxmemory", store.info("memory")["used_memory"] + 1_500_000)
     jobs = [ScoringJob(id=f"oom-{i:04d}", judge=AlwaysPassJudge()) for i in range(1200)]
-    client = ChalkClient(small_redis)
+    client = make_client(small_redis)
     with pytest.raises(StoreFullError) as caught:
         client.submit_batch(jobs, batch_id="b-oom")
     error = caught.value
@@ -268,13 +268,13 @@ def test_redis_out_of_memory_says_what_was_submitted_and_a_resubmit_scores_every
     client.close()
 
 
-def test_a_redis_error_reaches_the_caller_as_a_chalk_error(own_redis_url):
+def test_a_redis_error_reaches_the_caller_as_a_chalk_error(own_redis_url, make_client):
     redis.Redis.from_url(own_redis_url).set("chalk:batch:b-odd", "not a list")
-    client = ChalkClient(own_redis_url)
+    client = make_client(own_redis_url)
     with pytest.raises(StoreRefusedError, match="refused a command"):
         client.batch("b-odd")
     with pytest.raises(QueueUnavailableError, match="cannot reach Redis"):
-        ChalkClient(f"redis://127.0.0.1:{free_port()}/0").get("x")
+        make_client(f"redis://127.0.0.1:{free_port()}/0").get("x")
 
 
 def test_chalk_score_on_a_full_redis_says_so_without_a_traceback(small_redis, tmp_path):
@@ -306,19 +306,9 @@ def test_a_zero_timeout_returns_results_already_there(client):
     assert client.submit_batch(jobs).results(0) == finished
     assert [r.job_id for r in client.submit_batch(jobs).as_completed(0)] == [j.id for j in jobs]
 
-    async def main() -> None:
-        async with AsyncChalkClient(client.redis_url) as chalk:
-            assert await chalk.submit_and_wait(job, 0) == first
-            assert await (await chalk.job("zero")).wait(0) == first
-            assert await (await chalk.batch(batch.id)).wait(0) == finished
-            assert await (await chalk.batch(batch.id)).results(0) == finished
-            assert await (await chalk.submit_batch(jobs)).results(0) == finished
 
-    asyncio.run(main())
-
-
-def test_a_zero_timeout_on_an_unfinished_job_raises_at_once(redis_url):
-    idle = ChalkClient(redis_url, settings=ChalkSettings(queue="nobody-reads-this"))
+def test_a_zero_timeout_on_an_unfinished_job_raises_at_once(redis_url, make_client):
+    idle = make_client(redis_url, settings=ChalkSettings(queue="nobody-reads-this"))
     with pytest.raises(ResultTimeout, match="it is queued"):
         idle.submit_and_wait(ScoringJob(id="unfinished", judge=AlwaysPassJudge()), 0)
     with pytest.raises(ResultTimeout, match="1 of 1 jobs"):
@@ -448,10 +438,10 @@ def test_a_waiter_told_done_is_woken_by_the_result_of_a_retry(redis_url, client)
     assert outcome["b"].status is JobStatus.SUCCEEDED  # type: ignore[attr-defined]
 
 
-def test_a_retry_refused_by_a_full_redis_changes_nothing(own_redis_url):
+def test_a_retry_refused_by_a_full_redis_changes_nothing(own_redis_url, make_client):
     store = redis.Redis.from_url(own_redis_url)
     settings = ChalkSettings(queue="no-worker-here")
-    client = ChalkClient(own_redis_url, settings=settings)
+    client = make_client(own_redis_url, settings=settings)
     job = ScoringJob(id="retry-when-full", judge=AlwaysPassJudge())
     client.submit(job)
     store.delete("no-worker-here")

@@ -1,0 +1,69 @@
+"""Redis errors as ``ChalkError``s: callers of the client never see a raw ``redis`` exception.
+
+An unreachable Redis is ``QueueUnavailableError``, one out of memory
+``StoreFullError``, a read-only replica or a refused command
+``StoreRefusedError``, refused credentials ``ConfigurationError``; each message
+names the Redis (without its password) and says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+
+from chalk_client.cluster.connection import shown_url
+from chalk_client.errors import (
+    ChalkError,
+    ConfigurationError,
+    QueueError,
+    QueueUnavailableError,
+    StoreFullError,
+    StoreRefusedError,
+)
+
+
+def store_error(exc: redis.RedisError, url: str) -> ChalkError:
+    """The ``ChalkError`` a Redis error means, saying what to do about it."""
+    where = shown_url(url)
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return ConfigurationError(
+            f"Redis at {where} refused the credentials: {exc}. Check the user and password "
+            "in CHALK_REDIS_URL."
+        )
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return QueueUnavailableError(
+            f"cannot reach Redis at {where}: {str(exc).rstrip('.')}. Is it running? "
+            "Check CHALK_REDIS_URL."
+        )
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return StoreFullError(
+            f"Redis at {where} is out of memory: its used memory is over maxmemory, so it "
+            f"refuses writes ({exc}). Free memory (raise maxmemory, shorten "
+            "CHALK_RESULT_TTL_S/CHALK_JOB_TTL_S, delete old results), then try again."
+        )
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return StoreRefusedError(
+            f"Redis at {where} is a read-only replica ({exc}): point CHALK_REDIS_URL at "
+            "the primary."
+        )
+    if isinstance(exc, redis.ResponseError):
+        return StoreRefusedError(
+            f"Redis at {where} refused a command: {exc}. Check its log and settings "
+            "(persistence, ACLs, memory) and that nothing else writes chalk:* keys."
+        )
+    return QueueError(f"talking to Redis at {where} failed: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """Turn any Redis error into a ``ChalkError`` naming the URL (``store_error``).
+
+    An unreachable Redis is ``QueueUnavailableError``; one out of memory is
+    ``StoreFullError``.
+    """
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise store_error(exc, url) from exc
