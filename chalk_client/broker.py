@@ -68,13 +68,12 @@ class KombuPublisher:
                 self.close()  # the next publish connects afresh
                 if not isinstance(exc, Exception):
                     raise
-                error = QueueUnavailableError(
+                raise QueueUnavailableError(
                     f"could not publish to the broker at {shown_url(self.broker_url)}: "
                     f"{str(exc).rstrip('.')}. "
-                    "Is it running? Check CHALK_BROKER_URL."
-                )
-                error.not_queued = tuple(ids[sent:])
-                raise error from exc
+                    "Is it running? Check CHALK_BROKER_URL.",
+                    not_queued=tuple(ids[sent:]),
+                ) from exc
 
     def _publish(self, job_ids: list[str], batch: str | None) -> Iterator[str]:
         """Publish each job's message, yielding its id once sent."""
@@ -169,8 +168,8 @@ class SubmitLedger:
                 f"{'it' if left == 1 else 'them'} again, or the whole batch{again}, is safe: "
                 f"{safe}."
             )
-        wrapped = type(error)(f"{error} {told}")
-        if isinstance(wrapped, QueueError):
-            wrapped.not_queued = tuple(missing)
-            wrapped.batch_id = self.batch_id
-        return wrapped
+        if isinstance(error, QueueError):
+            return error.saying(
+                f"{error} {told}", not_queued=tuple(missing), batch_id=self.batch_id
+            )
+        return error.saying(f"{error} {told}")

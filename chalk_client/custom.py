@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chalk_client.errors import UnknownJudgeError
+from chalk_client.registry import Registry
 from chalk_client.scoring import Scoring
 from chalk_client.transcript import Transcript
 
@@ -59,8 +59,18 @@ JudgeFactory = Callable[..., Judge]
 ContextFactory = Callable[..., RubricContext]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-_judges: dict[str, JudgeFactory] = {}
-_contexts: dict[str, ContextFactory] = {}
+JUDGES: Registry[JudgeFactory] = Registry(
+    "custom judge",
+    "register it with @register_judge in a package under tasks/ or a module listed in "
+    "CHALK_TASK_MODULES",
+)
+"""Custom judges by name: ``Judge`` subclasses, or factories returning one."""
+CONTEXTS: Registry[ContextFactory] = Registry(
+    "rubric context",
+    "register it with @register_context in a package under tasks/ or a module listed in "
+    "CHALK_TASK_MODULES",
+)
+"""Custom rubric contexts by name: ``RubricContext`` subclasses."""
 
 
 def register_judge(name: str) -> Callable[[_F], _F]:
@@ -68,45 +78,19 @@ def register_judge(name: str) -> Callable[[_F], _F]:
 
     The job's ``params`` are passed as keyword arguments.
     """
-
-    def decorate(factory: _F) -> _F:
-        _judges[name] = factory
-        return factory
-
-    return decorate
+    return JUDGES.register(name)
 
 
 def register_context(name: str) -> Callable[[_F], _F]:
     """Register a custom rubric context under ``name`` (a ``RubricContext`` subclass)."""
-
-    def decorate(factory: _F) -> _F:
-        _contexts[name] = factory
-        return factory
-
-    return decorate
+    return CONTEXTS.register(name)
 
 
 def registered_judge(name: str) -> JudgeFactory:
     """The judge factory registered under ``name``; raises ``UnknownJudgeError``."""
-    try:
-        return _judges[name]
-    except KeyError:
-        known = ", ".join(sorted(_judges)) or "none"
-        raise UnknownJudgeError(
-            f"no custom judge named {name!r} is registered on this worker (registered: {known}); "
-            "register it with @register_judge in a package under tasks/ or a module listed in "
-            "CHALK_TASK_MODULES"
-        ) from None
+    return JUDGES[name]
 
 
 def registered_context(name: str) -> ContextFactory:
     """The context factory registered under ``name``; raises ``UnknownJudgeError``."""
-    try:
-        return _contexts[name]
-    except KeyError:
-        known = ", ".join(sorted(_contexts)) or "none"
-        raise UnknownJudgeError(
-            f"no rubric context named {name!r} is registered on this worker (registered: {known}); "
-            "register it with @register_context in a package under tasks/ or a module listed in "
-            "CHALK_TASK_MODULES"
-        ) from None
+    return CONTEXTS[name]

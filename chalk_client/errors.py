@@ -32,6 +32,10 @@ from __future__ import annotations
 class ChalkError(Exception):
     """Root of every error Chalk Queue raises on purpose."""
 
+    def saying(self, message: str) -> ChalkError:
+        """The same error with another message (its other fields kept)."""
+        return type(self)(message)
+
 
 class InvalidJobError(ChalkError, ValueError):
     """Raised when a job, judge or rollout line does not describe something scorable."""
@@ -93,10 +97,38 @@ class QueueError(ChalkError):
     never scored twice.
     """
 
-    not_queued: tuple[str, ...] = ()
-    """Ids of the jobs a failed submit did not queue (or may not have); empty otherwise."""
-    batch_id: str | None = None
-    """The batch a failed ``submit_batch`` was sending, to submit again under the same id."""
+    def __init__(
+        self, message: str, *, not_queued: tuple[str, ...] = (), batch_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.not_queued = not_queued
+        """Ids of the jobs a failed submit did not queue (or may not have); empty otherwise."""
+        self.batch_id = batch_id
+        """The batch a failed ``submit_batch`` was sending, to submit again under the same id."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword fields survive pickling (a process pool, a multiprocessing queue).
+        return (_rebuild, (type(self), str(self), self.not_queued, self.batch_id))
+
+    def saying(
+        self,
+        message: str,
+        *,
+        not_queued: tuple[str, ...] | None = None,
+        batch_id: str | None = None,
+    ) -> QueueError:
+        """The same error with another message, and what a submit did not queue if given."""
+        return type(self)(
+            message,
+            not_queued=self.not_queued if not_queued is None else not_queued,
+            batch_id=batch_id or self.batch_id,
+        )
+
+
+def _rebuild(
+    kind: type[QueueError], message: str, not_queued: tuple[str, ...], batch_id: str | None
+) -> QueueError:
+    return kind(message, not_queued=not_queued, batch_id=batch_id)
 
 
 class QueueUnavailableError(QueueError):

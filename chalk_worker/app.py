@@ -39,7 +39,7 @@ from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import deliveries, metrics, presence
-from chalk_worker.consume import Resender, WorkerRuntime, worker_runtime
+from chalk_worker.consume import Outcome, Resender, WorkerRuntime, worker_runtime
 from chalk_worker.deliveries import LostAttempt
 from chalk_worker.sandbox import announce, detect_layers
 from chalk_worker.transport import SHUTTING_DOWN
@@ -151,19 +151,19 @@ def _score(task: Any, *args: Any, **kwargs: Any) -> str:
     Returns what happened (Flower shows it as the task's result, e.g. ``succeeded,
     score 1.0``); raises ``JobFailedError`` for a job whose stored result is ``failed``.
     """
-    outcome = "error"
+    outcome = Outcome.ERROR
     with metrics.handling_message():
         try:
-            found = runtime().handle(
+            handled = runtime().handle(
                 args,
                 kwargs,
                 node=str(task.request.hostname or "worker"),
                 task_id=str(task.request.id or ""),
             )
-            outcome = found.split(",", 1)[0]
-            return found
+            outcome = handled.outcome
+            return str(handled)
         except JobFailedError:
-            outcome = "failed"
+            outcome = Outcome.FAILED
             raise
         finally:
             metrics.message_handled(outcome)

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import redis
@@ -58,6 +59,38 @@ class Resender:
     queue: str
     publish: Publish | None = None
     report_lost: Callable[[Sequence[LostAttempt]], None] = lambda lost: None
+
+
+class Outcome(StrEnum):
+    """What became of one ``chalk.score`` message (a metrics label, and Flower's result)."""
+
+    SUCCEEDED = "succeeded"
+    """Scored here; the result is stored."""
+    FAILED = "failed"
+    """Scored here and stored ``failed`` (raised as ``JobFailedError`` for Flower)."""
+    DUPLICATE = "duplicate"
+    """The job already had a result: the message was dropped."""
+    BUSY = "busy"
+    """Another worker holds the job's lease: the message was dropped."""
+    MISSING = "missing"
+    """No record of the job (never submitted, or expired): the message was dropped."""
+    MALFORMED = "malformed"
+    """The message's arguments are not one job id: it was dropped."""
+    ERROR = "error"
+    """Handling it raised (a bug, or Redis gone for good): Celery logs it."""
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What ``WorkerRuntime.handle`` did with a message: its outcome and, if scored, the score."""
+
+    outcome: Outcome
+    score: float | None = None
+
+    def __str__(self) -> str:
+        if self.outcome is Outcome.SUCCEEDED:
+            return f"succeeded, score {self.score}"
+        return self.outcome.value
 
 
 MAX_JOB_ID = 512
@@ -247,12 +280,13 @@ class WorkerRuntime:
 
     def handle(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str, task_id: str = ""
-    ) -> str:
+    ) -> Handled:
         """Process one message (in a task thread); returns what happened.
 
-        That is ``succeeded, score S`` for a job scored here, or why the message was
-        dropped (``duplicate``, ``busy``, ``missing``, ``malformed``). A job scored here
-        whose result is ``failed`` raises ``JobFailedError`` once the result is stored.
+        That is a job scored here (``succeeded``, with its score), or why the
+        message was dropped (``duplicate``, ``busy``, ``missing``, ``malformed``).
+        A job scored here whose result is ``failed`` raises ``JobFailedError`` once
+        the result is stored.
         """
         job_id = message_job_id(args, kwargs)
         if job_id is None:
@@ -262,20 +296,20 @@ class WorkerRuntime:
                 args,
                 kwargs,
             )
-            return "malformed"
+            return Handled(Outcome.MALFORMED)
         start = self.retrying(
             f"starting job {job_id}",
             lambda: self.leases.start(job_id, self.owner, task_id, node),
         )
         if start.outcome == "done":
             log.info("job %s already has a result; dropping this message", job_id)
-            return "duplicate"
+            return Handled(Outcome.DUPLICATE)
         if start.outcome == "busy":
             log.info("job %s is being scored by %s; dropping this copy", job_id, start.holder)
-            return "busy"
+            return Handled(Outcome.BUSY)
         if start.outcome == "missing":
             log.warning("no record of job %s (never submitted, or expired); dropping it", job_id)
-            return "missing"
+            return Handled(Outcome.MISSING)
         with self._lock:
             self._held.add(job_id)
         try:
@@ -290,11 +324,11 @@ class WorkerRuntime:
                 self._held.discard(job_id)
         if not written:
             log.info("job %s already had a result; this run's result is dropped", job_id)
-            return "duplicate"
+            return Handled(Outcome.DUPLICATE)
         metrics.job_scored(result)
         if result.status is JobStatus.FAILED:  # stored; raised so Flower lists the task failed
             raise JobFailedError(f"job {job_id} failed: {result.error}")
-        return f"succeeded, score {result.score}"
+        return Handled(Outcome.SUCCEEDED, result.score)
 
     async def _score(self, job_id: str, start: Start, worker: str) -> JobResult:
         """The job's result: scored on this process's loop, or ``failed`` if unreadable."""

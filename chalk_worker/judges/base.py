@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chalk_client.judge_specs import JudgeSpec
+from chalk_client.registry import Registry
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_client.transcript import Transcript
@@ -58,20 +59,18 @@ class LLMBudget:
 
 Evaluator = Callable[[Any, JudgeContext], Awaitable[Scoring]]
 _E = TypeVar("_E", bound=Evaluator)
-_evaluators: dict[str, Evaluator] = {}
+EVALUATORS: Registry[Evaluator] = Registry(
+    "judge evaluator", "add a module to chalk_worker/judges/ with an @evaluator function"
+)
+"""One evaluator per judge ``type``."""
 
 
 def evaluator(kind: str) -> Callable[[_E], _E]:
     """Register the evaluator of judges whose ``type`` is ``kind``."""
-
-    def register(function: _E) -> _E:
-        _evaluators[kind] = function
-        return function
-
-    return register
+    return EVALUATORS.register(kind)
 
 
 async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
     """Judge one step with the evaluator registered for the judge's type."""
     with metrics.judge_timer(judge.type):
-        return await _evaluators[judge.type](judge, context)
+        return await EVALUATORS[judge.type](judge, context)
