@@ -30,6 +30,7 @@ class LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 WRAPPED = (AsyncChalkClient, AsyncBatch, AsyncJobHandle)

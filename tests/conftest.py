@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,24 @@ import pytest
 
 from chalk_client import JobResult, ScoringJob
 from chalk_worker import score_job
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="run the tests marked slow too (skipped locally by default; CI=true runs them all)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Local runs stay quick; CI (CI=true, as .ci/run sets) runs every test.
+    if config.getoption("--slow") or os.environ.get("CI") == "true":
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow (CI=true runs every test)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

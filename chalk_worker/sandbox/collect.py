@@ -319,70 +319,92 @@ def _writing(shown: str) -> Iterator[None]:
         raise _bad(f"submission entry {shown} could not be written: {why}") from exc
 
 
+def _header(reader: _Reader, first: bool) -> tuple[bytes, int, int] | None:
+    """The next header block with its size and mode; ``None`` at the end-of-archive block."""
+    block = reader.read(_BLOCK)
+    if block == _ZERO_BLOCK:
+        return None
+    if not _header_checksum_ok(block):
+        if first:
+            raise _bad("submission is not a tar archive (it does not start with a tar header)")
+        if len(block) < _BLOCK:
+            raise _bad("submission archive is truncated: it ends before its end marker")
+        raise _bad(f"submission archive is damaged: no tar header at byte {reader.consumed - 512}")
+    size, mode = _number(block[124:136]), _number(block[100:108])
+    if size is None or mode is None:
+        raise _bad("submission archive has a damaged tar header (a malformed number)")
+    return block, size, mode
+
+
+def _read_extended(reader: _Reader, kind: bytes, size: int, extended: dict[bytes, bytes]) -> None:
+    """Read a GNU long-name or PAX header into ``extended`` (path and size overrides)."""
+    if size > _MAX_EXTENDED:
+        raise _bad(f"submission has a {size}-byte extended header (limit {_MAX_EXTENDED})")
+    payload = reader.exact(_padded(size))[:size]
+    if kind == b"L":
+        extended[b"long name"] = payload.rstrip(b"\0")
+    elif kind == b"x":
+        records = _pax_records(payload)
+        if any(key.startswith(b"GNU.sparse.") for key in records):
+            raise _bad("submission has a sparse file (GNU.sparse); only files are allowed")
+        extended.update((k, v) for k, v in records.items() if k in (b"path", b"size") and v)
+
+
+def _entry_name(block: bytes, size: int, extended: dict[bytes, bytes]) -> tuple[bytes, int]:
+    """The entry's name and size, after the extended headers that preceded it (then forgotten)."""
+    name = block[:100].split(b"\0", 1)[0]
+    prefix = block[345:500].split(b"\0", 1)[0]
+    if block[257:263] == b"ustar\0" and prefix:
+        name = prefix + b"/" + name
+    name = extended.get(b"path", extended.get(b"long name", name))
+    if b"size" in extended:
+        if not extended[b"size"].isdigit():
+            raise _bad(f"submission entry {_show(name)} has a malformed PAX size")
+        size = int(extended[b"size"])
+    extended.clear()
+    return name, size
+
+
+def _write_entry(
+    reader: _Reader, tree: _Tree, kind: bytes, name: bytes, size: int, mode: int, max_depth: int
+) -> None:
+    """Check one file or folder entry and write it (a file's data follows its header)."""
+    shown = _show(name)
+    is_folder = kind == b"5" or (kind == b"\0" and name.endswith(b"/"))
+    if not is_folder and kind not in _FILE_TYPES:
+        what = _REFUSED_TYPES.get(kind, f"of unsupported type {kind!r}")
+        raise _bad(f"submission entry {shown} is {what}; only files and folders are allowed")
+    parts = _parts(name, max_depth)
+    if is_folder:
+        if size:
+            raise _bad(f"submission folder {shown} carries {size} bytes of data")
+        if parts:  # "./" is the submission folder itself
+            tree.admit(parts, _FOLDER, shown)
+            with _writing(shown):
+                os.close(tree.open_folder(parts))
+        return
+    if not parts:
+        raise _bad(f"submission entry {shown} is a file in place of the submission folder")
+    reader.reserve(_padded(size))
+    tree.admit(parts, _FILE, shown)
+    with _writing(shown):
+        tree.write_file(parts, 0o755 if mode & 0o111 else 0o644, size, reader)
+    reader.exact(_padded(size) - size)
+
+
 def _unpack(reader: _Reader, tree: _Tree, max_depth: int) -> None:
     """Parse headers and write entries until the end-of-archive block."""
     extended: dict[bytes, bytes] = {}  # path/size overrides from GNU and PAX headers
     first = True
-    while True:
-        block = reader.read(_BLOCK)
-        if block == _ZERO_BLOCK:
-            return
-        if not _header_checksum_ok(block):
-            if first:
-                raise _bad("submission is not a tar archive (it does not start with a tar header)")
-            if len(block) < _BLOCK:
-                raise _bad("submission archive is truncated: it ends before its end marker")
-            raise _bad(
-                f"submission archive is damaged: no tar header at byte {reader.consumed - 512}"
-            )
-        size, mode = _number(block[124:136]), _number(block[100:108])
-        if size is None or mode is None:
-            raise _bad("submission archive has a damaged tar header (a malformed number)")
+    while (header := _header(reader, first)) is not None:
         first = False
+        block, size, mode = header
         kind = block[156:157]
         if kind in _EXTENDED_TYPES:
-            if size > _MAX_EXTENDED:
-                raise _bad(f"submission has a {size}-byte extended header (limit {_MAX_EXTENDED})")
-            payload = reader.exact(_padded(size))[:size]
-            if kind == b"L":
-                extended[b"long name"] = payload.rstrip(b"\0")
-            elif kind == b"x":
-                records = _pax_records(payload)
-                if any(key.startswith(b"GNU.sparse.") for key in records):
-                    raise _bad("submission has a sparse file (GNU.sparse); only files are allowed")
-                extended.update((k, v) for k, v in records.items() if k in (b"path", b"size") and v)
+            _read_extended(reader, kind, size, extended)
             continue
-        name = block[:100].split(b"\0", 1)[0]
-        prefix = block[345:500].split(b"\0", 1)[0]
-        if block[257:263] == b"ustar\0" and prefix:
-            name = prefix + b"/" + name
-        name = extended.get(b"path", extended.get(b"long name", name))
-        if b"size" in extended:
-            if not extended[b"size"].isdigit():
-                raise _bad(f"submission entry {_show(name)} has a malformed PAX size")
-            size = int(extended[b"size"])
-        extended.clear()
-        shown = _show(name)
-        is_folder = kind == b"5" or (kind == b"\0" and name.endswith(b"/"))
-        if not is_folder and kind not in _FILE_TYPES:
-            what = _REFUSED_TYPES.get(kind, f"of unsupported type {kind!r}")
-            raise _bad(f"submission entry {shown} is {what}; only files and folders are allowed")
-        parts = _parts(name, max_depth)
-        if is_folder:
-            if size:
-                raise _bad(f"submission folder {shown} carries {size} bytes of data")
-            if parts:  # "./" is the submission folder itself
-                tree.admit(parts, _FOLDER, shown)
-                with _writing(shown):
-                    os.close(tree.open_folder(parts))
-            continue
-        if not parts:
-            raise _bad(f"submission entry {shown} is a file in place of the submission folder")
-        reader.reserve(_padded(size))
-        tree.admit(parts, _FILE, shown)
-        with _writing(shown):
-            tree.write_file(parts, 0o755 if mode & 0o111 else 0o644, size, reader)
-        reader.exact(_padded(size) - size)
+        name, size = _entry_name(block, size, extended)
+        _write_entry(reader, tree, kind, name, size, mode, max_depth)
 
 
 def unpack_submission(

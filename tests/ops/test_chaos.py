@@ -134,6 +134,39 @@ def starts(log: Path) -> dict[str, list[tuple[float, int]]]:
     return {key: sorted(times) for key, times in found.items()}
 
 
+def count_runs_again(
+    by_job: dict[str, list[tuple[float, int]]], kills: list[Kill]
+) -> tuple[int, int]:
+    """Second starts expected (the worker running it was killed before the next start), and
+    the others."""
+    kill_at = {kill.pid: kill.at for kill in kills}
+    expected_again = unexpected = 0
+    for times in by_job.values():
+        for (at, pid), (next_at, _) in itertools.pairwise(times):
+            if pid in kill_at and at <= kill_at[pid] <= next_at:
+                expected_again += 1
+            else:
+                unexpected += 1
+    return expected_again, unexpected
+
+
+def slowest_recovery(
+    by_job: dict[str, list[tuple[float, int]]], kills: list[Kill], found: dict[str, JobResult]
+) -> float:
+    """The longest time from a kill to the next start of a job the killed worker held."""
+    recovery = 0.0
+    for kill in kills:
+        finished_there = {
+            key for key, result in found.items() if (result.worker or "").endswith(f":{kill.pid}")
+        }
+        ran_there = {key for key, times in by_job.items() if any(p == kill.pid for _, p in times)}
+        for key in (kill.held | ran_there) - finished_there:
+            later = [at for at, pid in by_job.get(key, []) if at >= kill.at and pid != kill.pid]
+            assert later, f"job {key}, held by killed pid {kill.pid}, never started again"
+            recovery = max(recovery, later[0] - kill.at)
+    return recovery
+
+
 def results_of(store: redis.Redis, ids: list[str]) -> dict[str, JobResult]:
     found = {}
     for start in range(0, len(ids), 1000):
@@ -142,6 +175,96 @@ def results_of(store: redis.Redis, ids: list[str]) -> dict[str, JobResult]:
             if raw is not None:
                 found[job_id] = JobResult.model_validate_json(raw)
     return found
+
+
+@dataclass
+class Chaos:
+    """Kills workers (replacing each) and restarts Redis, in a random order, every 3 s."""
+
+    server: Any
+    workers: list[Any]
+    start_worker: Any
+    env: dict[str, str]
+    store: redis.Redis
+    kills: list[Kill] = field(default_factory=list)
+    restarts: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        plan = ["kill"] * KILLS + ["restart-term", "restart-kill"]
+        rng.shuffle(plan)
+        for step in plan:
+            if self.stop.wait(3.0):
+                return
+            if step == "kill":
+                self.kill(rng)
+            else:
+                self.server.stop(signal.SIGTERM if step == "restart-term" else signal.SIGKILL)
+                time.sleep(3.0)
+                self.server.start()
+                self.restarts += 1
+
+    def kill(self, rng: random.Random) -> None:
+        # A victim among the ready workers, once three are ready: replacements start in
+        # a few seconds on a quiet machine, much later on a loaded one.
+        deadline = time.monotonic() + 60
+        while len(ready := [w for w in self.workers if is_ready(w)]) < 3:
+            if self.stop.wait(0.2) or time.monotonic() > deadline:
+                break
+        if len(ready) < 2:
+            return
+        victim = rng.choice(ready)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        kill = Kill(victim.pid, time.time())
+        with contextlib.suppress(redis.RedisError):  # restarting: its starts tell
+            kill.held = held_jobs_of(self.store, victim.pid)
+        self.kills.append(kill)
+        self.workers.append(
+            self.start_worker(self.server.url, concurrency=None, env=self.env, wait=False)
+        )
+
+
+def submit(url: str, rollouts: Path, kill_after: int | None) -> None:
+    """Run the submitting client; with ``kill_after``, SIGKILL it after that many jobs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUBMITTER, url, str(rollouts), "chaos"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if kill_after is not None and int(line.split()[1]) >= kill_after:
+            proc.kill()  # mid-batch: some chunks sent, the rest not
+            break
+    assert proc.wait(300) in ((0,) if kill_after is None else (-signal.SIGKILL, 0))
+
+
+def wait_for_results(store: redis.Redis, ids: list[str], timeout: float) -> None:
+    """Until every job has a result (Redis may be restarting meanwhile), or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, JobResult] = {}
+    while len(found) < len(ids) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        with contextlib.suppress(redis.RedisError):
+            found = results_of(store, ids)
+
+
+def wrong_results(
+    found: dict[str, JobResult], expected: dict[str, float]
+) -> dict[str, tuple[Any, ...]]:
+    """The results that did not succeed with the expected score: status, score, why, worker."""
+    return {
+        job_id: (
+            result.status,
+            result.score,
+            result.error or (result.scoring.metadata if result.scoring else None),
+            result.worker,
+        )
+        for job_id, result in found.items()
+        if result.status is not JobStatus.SUCCEEDED or result.score != expected[job_id]
+    }
 
 
 @pytest.mark.slow
@@ -159,126 +282,39 @@ def test_chaos_loses_nothing_scores_right_and_rarely_twice(make_redis, start_wor
     rollouts.write_text("".join(job.model_dump_json() + "\n" for job, _ in made))
     store = redis.Redis.from_url(server.url)
 
-    def submit(kill_after: int | None) -> None:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SUBMITTER, server.url, str(rollouts), "chaos"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if kill_after is not None and int(line.split()[1]) >= kill_after:
-                proc.kill()  # mid-batch: some chunks sent, the rest not
-                break
-        assert proc.wait(300) in ((0,) if kill_after is None else (-signal.SIGKILL, 0))
-
-    submit(kill_after=JOBS // 5)
-    kills: list[Kill] = []
-    restarts = 0
-    killed_pids: set[int] = set()
-    stop = threading.Event()
-
-    def chaos() -> None:
-        nonlocal restarts
-        rng = random.Random(7)
-        plan = ["kill"] * KILLS + ["restart-term", "restart-kill"]
-        rng.shuffle(plan)
-        for step in plan:
-            if stop.wait(3.0):
-                return
-            if step == "kill":
-                # A victim among the ready workers, once three are ready: replacements
-                # start in a few seconds on a quiet machine, much later on a loaded one.
-                deadline = time.monotonic() + 60
-                while len(ready := [w for w in workers if is_ready(w)]) < 3:
-                    if stop.wait(0.2) or time.monotonic() > deadline:
-                        break
-                if len(ready) < 2:
-                    continue
-                victim = rng.choice(ready)
-                victim.proc.send_signal(signal.SIGKILL)
-                victim.proc.wait()
-                kill = Kill(victim.pid, time.time())
-                killed_pids.add(victim.pid)
-                with contextlib.suppress(redis.RedisError):  # restarting: its starts tell
-                    kill.held = held_jobs_of(store, victim.pid)
-                kills.append(kill)
-                workers.append(start_worker(server.url, concurrency=None, env=env, wait=False))
-            else:
-                server.stop(signal.SIGTERM if step == "restart-term" else signal.SIGKILL)
-                time.sleep(3.0)
-                server.start()
-                restarts += 1
-
-    chaos_thread = threading.Thread(target=chaos)
+    submit(server.url, rollouts, kill_after=JOBS // 5)
+    chaos = Chaos(server, workers, start_worker, env, store)
+    chaos_thread = threading.Thread(target=chaos.run)
     chaos_thread.start()
     try:
-        submit(kill_after=None)  # the client again, all the ids: each is scored once
-        deadline = time.monotonic() + 240
-        found: dict[str, JobResult] = {}
-        while len(found) < JOBS and time.monotonic() < deadline:
-            time.sleep(1.0)
-            try:
-                found = results_of(store, ids)
-            except redis.RedisError:
-                continue
+        submit(server.url, rollouts, kill_after=None)  # all the ids again: each scored once
+        wait_for_results(store, ids, 240)
         chaos_thread.join()
-        found = results_of(store, ids)
     finally:
-        stop.set()
+        chaos.stop.set()
         chaos_thread.join()
+    found = results_of(store, ids)
     missing = [job_id for job_id in ids if job_id not in found]
     assert not missing, f"{len(missing)} jobs have no result, e.g. {missing[:5]}: " + str(
         {job_id: store.hgetall(f"chalk:job:{job_id}") for job_id in missing[:3]}
     )
-    wrong = {
-        job_id: (
-            result.status,
-            result.score,
-            result.error or (result.scoring.metadata if result.scoring else None),
-            result.worker,
-        )
-        for job_id, result in found.items()
-        if result.status is not JobStatus.SUCCEEDED or result.score != expected[job_id]
-    }
+    wrong = wrong_results(found, expected)
     assert not wrong, f"{len(wrong)} wrong results: {list(wrong.items())[:5]}"
-    assert restarts == 2 and len(kills) == KILLS
+    assert chaos.restarts == 2 and len(chaos.kills) == KILLS
 
     # No worker left by itself: the ones not killed run, and none gave up.
+    killed = {kill.pid for kill in chaos.kills}
     for worker in workers:
         assert "Unrecoverable error" not in worker.text(), worker.text()[-3000:]
-        if worker.pid not in killed_pids:
+        if worker.pid not in killed:
             assert worker.proc.poll() is None, worker.text()[-3000:]
 
-    # Re-executions: a start followed by another is expected only if its worker was killed
-    # before the next start.
-    kill_at = {kill.pid: kill.at for kill in kills}
     by_job = starts(log)
-    expected_again = unexpected = 0
-    for times in by_job.values():
-        for (at, pid), (next_at, _) in itertools.pairwise(times):
-            if pid in kill_at and at <= kill_at[pid] <= next_at:
-                expected_again += 1
-            else:
-                unexpected += 1
-    # Recovery: what a killed worker held or ran without a result started again in 60 s.
-    recovery = 0.0
-    for kill in kills:
-        ran_there = {
-            key
-            for key, times in by_job.items()
-            if any(pid == kill.pid for _, pid in times)
-            and not (found[key].worker or "").endswith(f":{kill.pid}")
-        }
-        for key in kill.held | ran_there:
-            if (found[key].worker or "").endswith(f":{kill.pid}"):
-                continue  # it finished there before the kill
-            later = [at for at, pid in by_job.get(key, []) if at >= kill.at and pid != kill.pid]
-            assert later, f"job {key}, held by killed pid {kill.pid}, never started again"
-            recovery = max(recovery, later[0] - kill.at)
+    expected_again, unexpected = count_runs_again(by_job, chaos.kills)
+    recovery = slowest_recovery(by_job, chaos.kills, found)
     print(
-        f"\nchaos: {JOBS} jobs, {len(kills)} workers killed, {restarts} Redis restarts, "
-        f"client killed once; starts {sum(len(t) for t in by_job.values())}, "
+        f"\nchaos: {JOBS} jobs, {len(chaos.kills)} workers killed, {chaos.restarts} Redis "
+        f"restarts, client killed once; starts {sum(len(t) for t in by_job.values())}, "
         f"re-executed after a kill {expected_again}, other re-executions {unexpected}; "
         f"slowest recovery after a kill {recovery:.1f} s"
     )

@@ -290,17 +290,17 @@ asyncio.run(main())
 
 
 def test_helpers_exit_by_themselves_when_their_worker_is_killed():
-    worker = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", WORKER_THAT_DIES], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert worker.stdout is not None
-        pids = [int(pid) for pid in worker.stdout.readline().split()]
-        assert len(pids) == 2  # one searching for ever, one idle
-        assert not any(gone(pid) for pid in pids)
-    finally:
-        worker.kill()
-        worker.wait()
+    ) as worker:
+        try:
+            assert worker.stdout is not None
+            pids = [int(pid) for pid in worker.stdout.readline().split()]
+            assert len(pids) == 2  # one searching for ever, one idle
+            assert not any(gone(pid) for pid in pids)
+        finally:
+            worker.kill()
+            worker.wait()
     assert wait_gone(pids), [psutil.Process(pid).status() for pid in pids if not gone(pid)]
 
 
