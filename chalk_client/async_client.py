@@ -184,6 +184,9 @@ class AsyncJobHandle:
         if result is not None:
             return result.status
         state = (await self._store.states([self.job_id]))[0]
+        if state.finished:  # it finished between the two reads
+            finished = await self.get()
+            return None if finished is None else finished.status
         if not state.recorded:
             return None
         return JobStatus.RUNNING if state.running else JobStatus.QUEUED

@@ -138,6 +138,9 @@ class ChalkSettings(BaseSettings):
     A worker process's hold on the messages it took from the queue lapses the same
     way: a lease after its last renewal, another worker gives them back to the queue.
     """
+    keep_jobs: bool = False
+    """Keep a job's record (its transcript, its archive) after it succeeded, as long as
+    ``CHALK_JOB_TTL_S``; by default a job that succeeded leaves only its result in Redis."""
     reconcile_s: float = Field(default=60.0, gt=0)
     """Grace before the reconciler sends again a job that is neither finished, running,
     taken by a live worker nor waiting in the queue (its message was lost)."""

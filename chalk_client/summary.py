@@ -113,7 +113,9 @@ def summarize(
             if not state.recorded:
                 unknown += 1
             else:
-                counts[JobStatus.RUNNING if state.running else JobStatus.QUEUED] += 1
+                # Finished between the two reads: it was running a moment ago.
+                running = state.running or state.finished
+                counts[JobStatus.RUNNING if running else JobStatus.QUEUED] += 1
             continue
         counts[result.status] += 1
         tokens = tokens + TokenUsage.of_result(result)

@@ -185,6 +185,14 @@ def _start_runtime(**_: Any) -> None:
     runtime()
 
 
+def _note_pool(instance: Any = None, **_: Any) -> None:
+    # A pool that starts each job as soon as it takes its message lets the start note
+    # the message's receipt (deliveries.NOTE_RECEIPTS); prefork holds messages first.
+    pool = getattr(instance, "pool_cls", None)
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    deliveries.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
+
+
 def _probe_sandbox(**_: Any) -> None:
     # Before any job: refuse to start if CHALK_SANDBOX_REQUIRE names a missing layer.
     try:
@@ -226,6 +234,7 @@ def _forget_child(pid: int | None = None, **_: Any) -> None:
 
 
 worker_init.connect(_probe_sandbox, weak=False)
+celeryd_after_setup.connect(_note_pool, weak=False)
 # A worker waiting for a full Redis to take a message gives up when told to stop.
 worker_shutting_down.connect(lambda **_: SHUTTING_DOWN.set(), weak=False)
 celeryd_after_setup.connect(_wait_for_store, weak=False)

@@ -122,6 +122,15 @@ class ConsumerRegistry:
 REGISTRY = ConsumerRegistry()
 """This process's consumers (made again in a forked child: it has none)."""
 
+NOTE_RECEIPTS = True
+"""Whether a consumer notes on the job each message it takes (``RECEIVE``).
+
+A pool that starts every job as soon as its message is taken (threads, solo)
+turns it off: the start notes it instead, one script fewer per job. A pool that
+holds messages before starting them (prefork's prefetch) needs it, so that the
+reconciler knows those messages are with a live worker.
+"""
+
 
 def _forget_after_fork() -> None:
     global REGISTRY

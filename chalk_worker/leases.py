@@ -43,6 +43,7 @@ from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.script import Build, as_text, run_pipeline
 from chalk_client.jobs import JobResult
 from chalk_client.settings import ChalkSettings
+from chalk_worker import deliveries
 
 DOWNLOAD_PIECE_BYTES = 1 << 20
 """Bytes read per round trip when copying a large archive out of Redis."""
@@ -86,7 +87,6 @@ class LeaseStore:
         self.redis = client
         self.settings = settings
         self.lease_ms = int(settings.lease_s * 1000)
-        self.keep_s = settings.job_ttl_s
 
     def _one(self, build: Build) -> Any:
         reply = run_pipeline(self.redis, build)[0]
@@ -103,9 +103,9 @@ class LeaseStore:
             job_id,
             owner,
             lease_ms=self.lease_ms,
-            ttl_s=self.keep_s,
             task_id=task_id,
             node=node,
+            mark_taken=not deliveries.NOTE_RECEIPTS,
         )
 
     def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:
@@ -115,7 +115,9 @@ class LeaseStore:
             result.job_id,
             result.model_dump_json(),
             owner,
+            status=result.status.value,
             ttl_s=self.settings.result_ttl_s,
+            keep=self.settings.keep_jobs,
         )
 
     def start(self, job_id: str, owner: str, task_id: str = "", node: str = "") -> Start:

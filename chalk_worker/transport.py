@@ -138,7 +138,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         self._held[delivery_tag] = raw
         virtual.QoS.append(self, message, delivery_tag)
         job = getattr(message, "chalk_job", None)
-        if job is None:
+        if job is None or not deliveries.NOTE_RECEIPTS:
             return
         delay = 1.0
         while True:

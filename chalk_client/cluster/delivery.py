@@ -16,24 +16,15 @@ from chalk_client.cluster.script import NOW_MS, Pipeline, Script, queue_script
 RECEIVE = Script(
     "receive",
     """
--- KEYS: job, pending, the queue's watermark
--- ARGV: id, task id, consumer
+-- KEYS: job, taken (watermarks)
+-- ARGV: task id, consumer, queue
 -- A consumer took the job's latest message from the queue. A message pushed at the
--- tail moves the watermark (its push number): every message pushed before it has left
--- the queue too.
+-- tail moves the queue's watermark (its push number): every message pushed before it
+-- has left the queue too.
 local rec = redis.call('HMGET', KEYS[1], 'task', 'seq', 'head')
-if rec[1] ~= ARGV[2] then return 0 end
-"""
-    + NOW_MS
-    + """
-redis.call('HSET', KEYS[1], 'received', ARGV[2], 'holder', ARGV[3])
-redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1])
-if rec[3] ~= '1' and rec[2] then
-  local mark = redis.call('GET', KEYS[3])
-  if (not mark) or tonumber(rec[2]) > tonumber(mark) then
-    redis.call('SET', KEYS[3], rec[2])
-  end
-end
+if rec[1] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'received', ARGV[1], 'holder', ARGV[2])
+if rec[3] ~= '1' and rec[2] then redis.call('ZADD', KEYS[2], 'GT', rec[2], ARGV[3]) end
 return 1
 """,
 )
@@ -42,7 +33,7 @@ return 1
 RESTORE = Script(
     "restore",
     """
--- KEYS: held list, job, result, running, owner, pending, push counter
+-- KEYS: held list, job, result, running, pending, push counter
 -- ARGV: the held entry, job id (or '': not a job's message), its task id,
 --       new message (or '': push the entry itself), new task id, default queue
 -- Gives back one message a consumer held: 'requeued' at the head of the queue when it
@@ -53,8 +44,9 @@ if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 'gone' end
 if ARGV[2] == '' then return 'dropped' end
 local id = ARGV[2]
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'done' end
-if redis.call('EXISTS', KEYS[2]) == 0 then return 'missing' end
-local rec = redis.call('HMGET', KEYS[2], 'task', 'queue')
+local rec = redis.call('HMGET', KEYS[2], 'task', 'queue', 'submitted', 'status')
+if not rec[3] then return 'missing' end
+if rec[4] then return 'done' end
 if rec[1] and rec[1] ~= ARGV[3] then return 'stale' end
 """
     + NOW_MS
@@ -64,11 +56,11 @@ local deadline = redis.call('ZSCORE', KEYS[4], id)
 if deadline and tonumber(deadline) > now then return 'running' end
 if deadline then  -- an expired lease: this message is the job's next run
   redis.call('ZREM', KEYS[4], id)
-  redis.call('DEL', KEYS[5])
+  redis.call('HSET', KEYS[2], 'owner', '')
 end
 local message, task = ARGV[4], ARGV[5]
 if message == '' then message, task = ARGV[1], ARGV[3] end
-push_head(KEYS[2], KEYS[6], KEYS[7], id, rec[2] or ARGV[6], message, task, now)
+push_head(KEYS[2], KEYS[5], KEYS[6], id, rec[2] or ARGV[6], message, task, now)
 return 'requeued'
 """,
 )
@@ -137,8 +129,8 @@ def queue_receive(pipe: Pipeline, job_id: str, task_id: str, consumer: str) -> N
     queue_script(
         pipe,
         RECEIVE,
-        [keys.job(job_id), keys.PENDING, keys.taken(keys.Consumer.parse(consumer).queue)],
-        [job_id, task_id, consumer],
+        [keys.job(job_id), keys.TAKEN],
+        [task_id, consumer, keys.Consumer.parse(consumer).queue],
     )
 
 
@@ -154,7 +146,6 @@ def queue_restore(
             keys.job(entry.job_id),
             keys.result(entry.job_id),
             keys.RUNNING,
-            keys.owner(entry.job_id),
             keys.PENDING,
             keys.PUSHES,
         ],

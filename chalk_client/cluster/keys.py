@@ -5,38 +5,42 @@ Every key starts with ``chalk:``; nothing else in the project spells a key.
 =========================  ======  ==========================================================
 key                        type    what it holds
 =========================  ======  ==========================================================
-``chalk:job:ID``           hash    the job record: ``job`` (the job as JSON, without its
-                                   submission), ``blob`` (the submission's digest or ``""``),
-                                   ``submitted`` (Redis time, seconds), ``submitter`` (the
-                                   waiter of the submit that recorded it), ``queue`` and
-                                   ``batch`` (where it was sent, its batch or ``""``); of its
-                                   latest message: ``task`` (its task id), ``pushed`` (when,
-                                   ms), ``seq`` (its push number), ``head`` (``1``: pushed
-                                   at the head of the queue);
-                                   ``received``/``holder`` (the task id a consumer took, and
-                                   which consumer), ``started``/``worker`` (the task id a
-                                   worker started, and its node name);
-                                   with a separate broker, ``unpublished`` (the submit
-                                   publishing its message; gone once a publish went through)
+``chalk:job:ID``           hash    the record of an unfinished (or failed) job: ``job`` (the
+                                   job as JSON, without its submission), ``blob`` (the
+                                   submission's digest or ``""``), ``submitted`` (Redis time,
+                                   s), ``submitter`` (the waiter told when it finishes),
+                                   ``watched`` (``1``: more waiters in ``chalk:watchers:ID``),
+                                   ``queue`` and ``batch`` (where it was sent, its batch or
+                                   ``""``), ``attempts`` (starts so far); of its latest
+                                   message: ``task`` (its task id), ``pushed`` (when, ms),
+                                   ``seq`` (its push number), ``head`` (``1``: pushed at the
+                                   queue's head); ``received``/``holder`` (the task id a
+                                   consumer took, and which consumer); ``owner`` (the worker
+                                   process holding its lease, ``""`` if none),
+                                   ``started``/``worker`` (the task id it started, its node);
+                                   ``status`` once finished (kept records only); with a
+                                   separate broker, ``unpublished`` (the submit publishing
+                                   its message; gone once a publish went through). Deleted
+                                   when the job succeeds (``CHALK_KEEP_JOBS`` keeps it)
 ``chalk:blob:SHA256``      string  a submission archive, stored once per content
+``chalk:blobref:SHA256``   string  how many unfinished jobs use that archive; the last to
+                                   succeed deletes both
 ``chalk:result:ID``        string  the job's ``JobResult`` as JSON, written once
-``chalk:attempts:ID``      string  how many times a worker started the job
-``chalk:owner:ID``         string  the worker process that holds the job's lease
 ``chalk:running``          zset    job id -> lease deadline (ms, on Redis's clock)
-``chalk:pending``          zset    unfinished job id -> when the reconciler next looks at it (ms)
+``chalk:pending``          zset    unfinished job id -> its last sign of life (ms)
 ``chalk:held:CONSUMER``    list    messages a consumer took from the queue and has not
                                    acknowledged (the reliable-queue pattern: ``BLMOVE``);
                                    ``CONSUMER`` is ``QUEUE@NAME:HOST:PID:TOKEN:N`` (the
                                    queue, the worker's node ``NAME@HOST``, its process)
 ``chalk:consumers``        zset    consumer -> liveness deadline (ms), renewed while it lives
 ``chalk:pushes``           string  a counter numbering every message pushed to a queue
-``chalk:taken:QUEUE``      string  the push number of the latest message taken from the
-                                   queue among those pushed at its tail: messages pushed
-                                   before it have left the queue
+``chalk:taken``            zset    queue -> the push number of the latest message taken from
+                                   it among those pushed at its tail: messages pushed before
+                                   it have left the queue
 ``chalk:reconciler``       string  the worker running the reconciler now, with a TTL
-``chalk:watchers:ID``      set     the waiters to tell when the job finishes
+``chalk:watchers:ID``      set     waiters of the job besides its submitter
 ``chalk:done:WAITER``      list    ids of finished jobs, one list per waiter (a batch, a handle),
-                                   kept ``DONE_TTL_S`` after the last id pushed
+                                   kept ``DONE_TTL_S`` after the first id pushed into it
 ``chalk:batch:BATCH``      list    a batch's job ids, in the order they were given, each once
                                    (also when the batch is sent again under its id)
 ``chalk:batches``          zset    batch id -> creation time, the most recent kept
@@ -72,10 +76,11 @@ RECONCILER = PREFIX + "reconciler"
 """The lock that lets one worker at a time run the reconciler."""
 PUSHES = PREFIX + "pushes"
 """The counter that numbers messages pushed to queues (the reconciler's watermark)."""
+TAKEN = PREFIX + "taken"
+"""Sorted set of queues, scored by the push number of the latest tail-pushed message taken."""
 HELD_PREFIX = PREFIX + "held:"
-TAKEN_PREFIX = PREFIX + "taken:"
-OWNER_PREFIX = PREFIX + "owner:"
 JOB_PREFIX = PREFIX + "job:"
+BLOBREF_PREFIX = PREFIX + "blobref:"
 WORKER_PREFIX = PREFIX + "worker:"
 BLOB_PREFIX = PREFIX + "blob:"
 RESULT_PREFIX = PREFIX + "result:"
@@ -102,34 +107,24 @@ def blob(digest: str) -> str:
     return BLOB_PREFIX + digest
 
 
+def blobref(digest: str) -> str:
+    """How many unfinished jobs use the archive ``digest``."""
+    return BLOBREF_PREFIX + digest
+
+
 def result(job_id: str) -> str:
     """The job's result, written once."""
     return RESULT_PREFIX + job_id
 
 
-def attempts(job_id: str) -> str:
-    """The count of starts of the job."""
-    return f"{PREFIX}attempts:{job_id}"
-
-
-def owner(job_id: str) -> str:
-    """The lease holder of a running job."""
-    return OWNER_PREFIX + job_id
-
-
 def watchers(job_id: str) -> str:
-    """The waiters of a job, woken by its next result (a retried job's too)."""
+    """The waiters of a job besides its submitter, woken by its next result (a retry's too)."""
     return f"{PREFIX}watchers:{job_id}"
 
 
 def held(consumer: str) -> str:
     """The messages one consumer took from the queue and has not acknowledged."""
     return HELD_PREFIX + consumer
-
-
-def taken(queue: str) -> str:
-    """The queue's watermark: the push time of the latest tail-pushed message taken."""
-    return TAKEN_PREFIX + queue
 
 
 def done(waiter: str) -> str:

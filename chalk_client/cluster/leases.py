@@ -1,6 +1,6 @@
 """Running jobs: the workers' scripts that start, renew, reap, send again and finish them.
 
-A job a worker starts gets a lease: its owner token in ``chalk:owner:ID`` and a
+A job a worker starts gets a lease: its owner token in its record (``owner``) and a
 deadline in ``chalk:running``, renewed while the job runs. A job whose lease
 ran out (its worker died) is sent again by any live worker, in the script that
 frees the lease if it is still expired: a worker dying halfway leaves the lease
@@ -22,34 +22,40 @@ from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue
 START = Script(
     "start",
     """
--- KEYS: job, result, owner, running, attempts
--- ARGV: id, owner token, lease ms, ttl, blob key prefix, largest archive returned inline,
---       the task id of the message that started it (or ''), the worker's node name
--- A larger archive is left in Redis for the worker to read in pieces ('large').
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
-local rec = redis.call('HMGET', KEYS[1], 'job', 'blob')
-if not rec[1] then return {'missing'} end
+-- KEYS: job, result, running, taken (watermarks)
+-- ARGV: id, owner token, lease ms, blob key prefix, largest archive returned inline,
+--       the task id of the message that started it (or ''), the worker's node name,
+--       '1' to move the queue's watermark (no RECEIVE noted the message when taken)
+-- A larger archive is left in Redis for the worker to read in pieces ('large'). The
+-- first write (ZADD) needs memory: a full Redis refuses the start whole.
+local rec = redis.call('HMGET', KEYS[1], 'job', 'blob', 'owner', 'unpublished', 'status',
+                       'task', 'seq', 'head', 'queue')
+if not rec[1] then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
+  return {'missing'}
+end
+if rec[5] then return {'done'} end
 """
     + NOW_MS
     + """
-local holder = redis.call('GET', KEYS[3])
-if holder then
-  local deadline = redis.call('ZSCORE', KEYS[4], ARGV[1])
-  if deadline and tonumber(deadline) > now then return {'busy', holder} end
+if rec[3] and rec[3] ~= '' then
+  local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if deadline and tonumber(deadline) > now then return {'busy', rec[3]} end
 end
-redis.call('SET', KEYS[3], ARGV[2], 'EX', tonumber(ARGV[4]))
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'started', ARGV[6], 'worker', ARGV[7])
 -- Its message was delivered: a submit that failed to publish it must not release it.
-redis.call('HDEL', KEYS[1], 'unpublished')
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'started', ARGV[7], 'worker', ARGV[8]) end
-local n = redis.call('INCR', KEYS[5])
-redis.call('EXPIRE', KEYS[5], tonumber(ARGV[4]))
+if rec[4] then redis.call('HDEL', KEYS[1], 'unpublished') end
+if ARGV[8] == '1' and rec[6] == ARGV[6] and rec[8] == '0' and rec[9] then
+  redis.call('ZADD', KEYS[4], 'GT', rec[7], rec[9])
+end
 local digest = rec[2] or ''
 if digest == '' then return {'start', n, rec[1], 'none', ''} end
-local size = redis.call('STRLEN', ARGV[5] .. digest)
+local size = redis.call('STRLEN', ARGV[4] .. digest)
 if size == 0 then return {'start', n, rec[1], 'missing', digest} end
-if size > tonumber(ARGV[6]) then return {'start', n, rec[1], 'large', digest} end
-return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[5] .. digest)}
+if size > tonumber(ARGV[5]) then return {'start', n, rec[1], 'large', digest} end
+return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[4] .. digest)}
 """,
 )
 
@@ -58,7 +64,7 @@ HEARTBEAT = Script(
     "heartbeat",
     """
 -- KEYS: running
--- ARGV: owner token, lease ms, owner key prefix, result key prefix, job ids...
+-- ARGV: owner token, lease ms, job key prefix, result key prefix, job ids...
 -- Returns the ids whose lease another worker took (a finished job is not lost).
 """
     + NOW_MS
@@ -70,7 +76,7 @@ HEARTBEAT = Script(
 redis.call('ZREM', KEYS[1], '')
 local lost = {}
 for i = 5, #ARGV do
-  if redis.call('GET', ARGV[3] .. ARGV[i]) == ARGV[1] then
+  if redis.call('HGET', ARGV[3] .. ARGV[i], 'owner') == ARGV[1] then
     redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[i])
   elseif redis.call('EXISTS', ARGV[4] .. ARGV[i]) == 0 then
     lost[#lost + 1] = ARGV[i]
@@ -109,41 +115,39 @@ return found
 REQUEUE = Script(
     "requeue",
     """
--- KEYS: running, owner, job, result, pending, push counter
+-- KEYS: running, job, result, pending, push counter
 -- ARGV: id, message (or '': claim the lease while the caller publishes elsewhere),
 --       its task id, claim token, lease ms, default queue
 -- Sends again a job whose lease expired (its worker died): 'requeued' (message at the
 -- head), 'claimed', or left alone: 'done', 'gone' (another worker sent it), 'alive'
 -- (renewed meanwhile), 'missing' (no record).
-redis.call('ZREM', KEYS[1], '')  -- a write that needs no memory: see the module's doc
+redis.call('ZREM', KEYS[1], '')  -- a write that needs no memory: the script runs whole
 """
     + NOW_MS
     + PUSH_HEAD
     + """
 local id = ARGV[1]
-if redis.call('EXISTS', KEYS[4]) == 1 then
+if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('ZREM', KEYS[1], id)
-  redis.call('DEL', KEYS[2])
   return 'done'
 end
 local deadline = redis.call('ZSCORE', KEYS[1], id)
 if not deadline then return 'gone' end
 if tonumber(deadline) > now then return 'alive' end
-if redis.call('EXISTS', KEYS[3]) == 0 then
+if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[1], id)
-  redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[5], id)
+  redis.call('ZREM', KEYS[4], id)
   return 'missing'
 end
 if ARGV[2] == '' then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), id)
-  redis.call('SET', KEYS[2], ARGV[4], 'PX', tonumber(ARGV[5]) * 4)
+  redis.call('HSET', KEYS[2], 'owner', ARGV[4])
   return 'claimed'
 end
 redis.call('ZREM', KEYS[1], id)
-redis.call('DEL', KEYS[2])
-local queue = redis.call('HGET', KEYS[3], 'queue') or ARGV[6]
-push_head(KEYS[3], KEYS[5], KEYS[6], id, queue, ARGV[2], ARGV[3], now)
+redis.call('HSET', KEYS[2], 'owner', '')
+local queue = redis.call('HGET', KEYS[2], 'queue') or ARGV[6]
+push_head(KEYS[2], KEYS[4], KEYS[5], id, queue, ARGV[2], ARGV[3], now)
 return 'requeued'
 """,
 )
@@ -152,12 +156,12 @@ return 'requeued'
 LET_GO = Script(
     "let-go",
     """
--- KEYS: running, owner
+-- KEYS: running, job
 -- ARGV: id, claim token
 -- The lease REQUEUE claimed is given up once the job's message was published.
-if redis.call('GET', KEYS[2]) == ARGV[2] then
+if redis.call('HGET', KEYS[2], 'owner') == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'owner', '')
   return 1
 end
 return 0
@@ -168,24 +172,43 @@ return 0
 FINISH = Script(
     "finish",
     """
--- KEYS: result, running, owner, watchers, pending
--- ARGV: id, result json, result ttl, owner token, done-list key prefix
--- A done list lives DONE_TTL_S after its last push: its waiter pops it within
--- seconds, and one that stopped waiting leaves nothing for long. The first write
--- (ZREM) needs no memory, so a finish runs whole on a full Redis.
-redis.call('ZREM', KEYS[5], ARGV[1])
-local holder = redis.call('GET', KEYS[3])
-if (not holder) or holder == ARGV[4] then
+-- KEYS: result, running, job, pending, watchers
+-- ARGV: id, result json, result ttl, owner token, done-list key prefix, status,
+--       '1' to keep the record of a job that succeeded, blob key prefix, blob-ref prefix
+-- Writes the one result, frees the lease, tells the waiters; a job that succeeded
+-- leaves nothing else (its record goes, and its archive with the last job using it).
+-- The first write (ZREM) needs no memory, so a finish runs whole on a full Redis.
+-- A done list lives DONE_TTL_S after the first id pushed into it: its waiter pops it
+-- within seconds, and one that stopped waiting leaves nothing for long.
+redis.call('ZREM', KEYS[4], ARGV[1])
+local rec = redis.call('HMGET', KEYS[3], 'owner', 'submitter', 'watched', 'blob')
+if (not rec[1]) or rec[1] == '' or rec[1] == ARGV[4] then
   redis.call('ZREM', KEYS[2], ARGV[1])
+end
+if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', tonumber(ARGV[3])) then return 0 end
+local function tell(waiter)
+  if redis.call('RPUSH', ARGV[5] .. waiter, ARGV[1]) == 1 then
+    redis.call('EXPIRE', ARGV[5] .. waiter, DONE_TTL_S)
+  end
+end
+if rec[2] then tell(rec[2]) end
+if rec[3] or not rec[2] then
+  for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+    if waiter ~= rec[2] then tell(waiter) end
+  end
+  redis.call('DEL', KEYS[5])
+end
+if not rec[2] then return 1 end
+if ARGV[6] == 'succeeded' and ARGV[7] ~= '1' then
   redis.call('DEL', KEYS[3])
+  if rec[4] and rec[4] ~= '' then
+    if redis.call('DECR', ARGV[9] .. rec[4]) <= 0 then
+      redis.call('DEL', ARGV[8] .. rec[4], ARGV[9] .. rec[4])
+    end
+  end
+else
+  redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', '')
 end
-local ttl = tonumber(ARGV[3])
-if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', ttl) then return 0 end
-for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[4])) do
-  redis.call('RPUSH', ARGV[5] .. waiter, ARGV[1])
-  redis.call('EXPIRE', ARGV[5] .. waiter, DONE_TTL_S)
-end
-redis.call('DEL', KEYS[4])
 return 1
 """.replace("DONE_TTL_S", str(DONE_TTL_S)),
 )
@@ -236,26 +259,31 @@ def queue_start(
     owner: str,
     *,
     lease_ms: int,
-    ttl_s: int,
     task_id: str = "",
     node: str = "",
+    mark_taken: bool = False,
 ) -> None:
     """Queue the start script: take the job's lease, count an attempt, read its record.
 
     ``task_id`` (the message's) and ``node`` (the worker's name) are recorded on
-    the job, to report the attempt lost should the worker die.
+    the job, to report the attempt lost should the worker die. ``mark_taken``: no
+    ``RECEIVE`` noted the message when it was taken (a pool that starts each job as
+    it takes it), so the start moves the queue's watermark.
     """
     queue_script(
         pipe,
         START,
+        [keys.job(job_id), keys.result(job_id), keys.RUNNING, keys.TAKEN],
         [
-            keys.job(job_id),
-            keys.result(job_id),
-            keys.owner(job_id),
-            keys.RUNNING,
-            keys.attempts(job_id),
+            job_id,
+            owner,
+            lease_ms,
+            keys.BLOB_PREFIX,
+            INLINE_ARCHIVE_BYTES,
+            task_id,
+            node,
+            "1" if mark_taken else "0",
         ],
-        [job_id, owner, lease_ms, ttl_s, keys.BLOB_PREFIX, INLINE_ARCHIVE_BYTES, task_id, node],
     )
 
 
@@ -272,19 +300,35 @@ def parse_start(reply: Any) -> Start:
     return Start(outcome, int(reply[1]), reply[2], blob, None, as_text(reply[4]))
 
 
-def queue_finish(pipe: Pipeline, job_id: str, result_json: str, owner: str, *, ttl_s: int) -> None:
-    """Queue the finish script: write the one result, free the lease, tell the waiters."""
+def queue_finish(
+    pipe: Pipeline,
+    job_id: str,
+    result_json: str,
+    owner: str,
+    *,
+    status: str,
+    ttl_s: int,
+    keep: bool = False,
+) -> None:
+    """Queue the finish script: write the one result, free the lease, tell the waiters.
+
+    A job that ``succeeded`` leaves nothing but its result (``keep`` keeps its record).
+    """
     queue_script(
         pipe,
         FINISH,
+        [keys.result(job_id), keys.RUNNING, keys.job(job_id), keys.PENDING, keys.watchers(job_id)],
         [
-            keys.result(job_id),
-            keys.RUNNING,
-            keys.owner(job_id),
-            keys.watchers(job_id),
-            keys.PENDING,
+            job_id,
+            result_json,
+            ttl_s,
+            owner,
+            keys.DONE_PREFIX,
+            status,
+            "1" if keep else "0",
+            keys.BLOB_PREFIX,
+            keys.BLOBREF_PREFIX,
         ],
-        [job_id, result_json, ttl_s, owner, keys.DONE_PREFIX],
     )
 
 
@@ -294,7 +338,7 @@ def queue_heartbeat(pipe: Pipeline, job_ids: Sequence[str], owner: str, lease_ms
         pipe,
         HEARTBEAT,
         [keys.RUNNING],
-        [owner, lease_ms, keys.OWNER_PREFIX, keys.RESULT_PREFIX, *job_ids],
+        [owner, lease_ms, keys.JOB_PREFIX, keys.RESULT_PREFIX, *job_ids],
     )
 
 
@@ -324,18 +368,11 @@ def queue_requeue(
     queue_script(
         pipe,
         REQUEUE,
-        [
-            keys.RUNNING,
-            keys.owner(job_id),
-            keys.job(job_id),
-            keys.result(job_id),
-            keys.PENDING,
-            keys.PUSHES,
-        ],
+        [keys.RUNNING, keys.job(job_id), keys.result(job_id), keys.PENDING, keys.PUSHES],
         [job_id, message, task_id, token, lease_ms, queue],
     )
 
 
 def queue_let_go(pipe: Pipeline, job_id: str, token: str) -> None:
     """Queue giving up a lease taken over with ``queue_requeue`` (no message)."""
-    queue_script(pipe, LET_GO, [keys.RUNNING, keys.owner(job_id)], [job_id, token])
+    queue_script(pipe, LET_GO, [keys.RUNNING, keys.job(job_id)], [job_id, token])

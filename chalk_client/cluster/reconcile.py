@@ -15,9 +15,8 @@ from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue
 RECONCILE = Script(
     "reconcile",
     """
--- KEYS: pending, running, consumers
--- ARGV: most jobs to look at, grace ms, job key prefix, result key prefix,
---       watermark key prefix
+-- KEYS: pending, running, consumers, taken (watermarks)
+-- ARGV: most jobs to look at, grace ms, job key prefix, result key prefix
 -- Looks at the unfinished jobs with no sign of life for a grace period. A job is fine
 -- when it has a result or no record (forgotten: it leaves the index), holds a live
 -- lease, was taken by a consumer that is registered, or waits in the queue; a fine
@@ -34,12 +33,12 @@ local found = {}
 local function later(id, at) redis.call('ZADD', KEYS[1], at, id) end
 for _, id in ipairs(due) do
   local record = ARGV[3] .. id
-  if redis.call('EXISTS', ARGV[4] .. id) == 1 or redis.call('EXISTS', record) == 0 then
+  local rec = redis.call('HMGET', record, 'task', 'pushed', 'seq', 'queue', 'received',
+                         'holder', 'unpublished', 'batch', 'submitted', 'status')
+  if (not rec[9]) or rec[10] or redis.call('EXISTS', ARGV[4] .. id) == 1 then
     redis.call('ZREM', KEYS[1], id)
   else
     local deadline = redis.call('ZSCORE', KEYS[2], id)
-    local rec = redis.call('HMGET', record, 'task', 'pushed', 'seq', 'queue', 'received',
-                           'holder', 'unpublished', 'batch')
     local task, pushed, seq, queue = rec[1] or '', tonumber(rec[2] or '0'), rec[3], rec[4]
     local kind = nil
     if deadline and tonumber(deadline) > now then
@@ -54,19 +53,17 @@ for _, id in ipairs(due) do
       else
         kind = 'lost'
       end
-    elseif queue and ((seq and tonumber(seq) < tonumber(redis.call('GET', ARGV[5] .. queue) or '0'))
+    elseif queue and ((seq and tonumber(seq) < tonumber(redis.call('ZSCORE', KEYS[4], queue)
+                                                       or '0'))
                       or redis.call('LLEN', queue) == 0) then
       kind = 'lost'
     else
       later(id, now + math.max(0, now - pushed - grace))  -- waiting in the queue
     end
     if kind then
-      found[#found + 1] = kind
-      found[#found + 1] = id
-      found[#found + 1] = task
-      found[#found + 1] = rec[8] or ''
-      found[#found + 1] = rec[7] or ''
-      found[#found + 1] = queue or ''
+      for _, v in ipairs({kind, id, task, rec[8] or '', rec[7] or '', queue or ''}) do
+        found[#found + 1] = v
+      end
       later(id, now)
     end
   end
@@ -83,8 +80,8 @@ REPUBLISH = Script(
 -- ARGV: id, the task id the reconciler saw (or ''), message, its task id, default queue
 -- Sends again a job whose message was lost, unless something happened to it since.
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
-local rec = redis.call('HMGET', KEYS[1], 'task', 'queue')
+local rec = redis.call('HMGET', KEYS[1], 'task', 'queue', 'submitted', 'status')
+if (not rec[3]) or rec[4] then return 'missing' end
 if (rec[1] or '') ~= ARGV[2] then return 'changed' end
 """
     + NOW_MS
@@ -138,8 +135,8 @@ def queue_reconcile(pipe: Pipeline, grace_ms: int) -> None:
     queue_script(
         pipe,
         RECONCILE,
-        [keys.PENDING, keys.RUNNING, keys.CONSUMERS],
-        [PASS_LIMIT, grace_ms, keys.JOB_PREFIX, keys.RESULT_PREFIX, keys.TAKEN_PREFIX],
+        [keys.PENDING, keys.RUNNING, keys.CONSUMERS, keys.TAKEN],
+        [PASS_LIMIT, grace_ms, keys.JOB_PREFIX, keys.RESULT_PREFIX],
     )
 
 

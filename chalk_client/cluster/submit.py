@@ -25,73 +25,113 @@ CHUNK = 500
 SUBMIT = Script(
     "submit",
     """
--- KEYS: job, result, watchers, broker queue, owner, pending, push counter
+-- KEYS: job, result, watchers, broker queue, pending, push counter, blob refs
 -- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
 --       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself),
---       the message's task id, batch id (or '')
--- A recorded job is 'duplicate', unless its publish never went through (an
--- 'unpublished' record: that submit failed or died); then this caller sends it.
+--       the message's task id, batch id (or ''), blob ttl, blob-ref key prefix
+-- 'queued' (recorded now), 'requeued' (a failed job recorded again), 'duplicate' (already
+-- recorded: this waiter is told too), 'done' (it has a result). A recorded job whose
+-- publish never went through ('unpublished': that submit failed or died) is sent by
+-- this caller. The first write of each branch needs memory: a full Redis refuses the
+-- script whole.
 local ttl = tonumber(ARGV[4])
 local publishes = ARGV[8] == '1'
-local function enqueue()
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if ARGV[6] ~= '' then
-    redis.call('LPUSH', KEYS[4], ARGV[6])
-    local seq = redis.call('INCR', KEYS[7])
-    redis.call('HSET', KEYS[1], 'task', ARGV[9], 'pushed', now, 'seq', seq, 'head', '0')
-    redis.call('HDEL', KEYS[1], 'received', 'holder')
-  end
-  redis.call('ZADD', KEYS[6], now, ARGV[1])
-end
-local function record()
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'job', ARGV[2], 'blob', ARGV[3],
-             'submitted', redis.call('TIME')[1], 'submitter', ARGV[5], 'batch', ARGV[10])
-  -- The queue is named only when it is a list of this Redis (not another broker's).
-  if publishes then
-    redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
-  else
-    redis.call('HSET', KEYS[1], 'queue', KEYS[4])
-  end
-  redis.call('EXPIRE', KEYS[1], ttl)
-  enqueue()
-end
+local digest = ARGV[3]
 local function watch()
   redis.call('SADD', KEYS[3], ARGV[5])
   redis.call('EXPIRE', KEYS[3], ttl)
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'watched', '1') end
 end
--- Registered first, whatever the answer: a finished job may be retried by someone
--- else (retry_failed) and its next result must wake this waiter too. SADD is also
--- the first write, one that needs memory: a full Redis refuses the script whole.
-watch()
+local function record(attempts, old_digest)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local fields = {'job', ARGV[2], 'blob', digest, 'submitted', t[1], 'submitter', ARGV[5],
+                  'batch', ARGV[10], 'attempts', attempts}
+  if publishes then
+    fields[#fields + 1] = 'unpublished'
+    fields[#fields + 1] = ARGV[5]
+  else
+    -- The queue is named only when it is a list of this Redis (not another broker's).
+    fields[#fields + 1] = 'queue'
+    fields[#fields + 1] = KEYS[4]
+  end
+  if ARGV[6] ~= '' then
+    redis.call('LPUSH', KEYS[4], ARGV[6])
+    local seq = redis.call('INCR', KEYS[6])
+    for _, v in ipairs({'task', ARGV[9], 'seq', seq, 'pushed', now, 'head', '0'}) do
+      fields[#fields + 1] = v
+    end
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('ZADD', KEYS[5], now, ARGV[1])
+  if digest ~= old_digest then
+    if digest ~= '' then
+      redis.call('INCR', KEYS[7])
+      redis.call('EXPIRE', KEYS[7], tonumber(ARGV[11]))
+    end
+    if old_digest ~= '' then redis.call('DECR', ARGV[12] .. old_digest) end
+  end
+end
+local function again(attempts, old_digest, old_submitter)
+  -- A failed job scored again: its result and record go, a new record comes; whoever
+  -- waited on the failed job is told of the new result too.
+  redis.call('HSET', KEYS[1], 'retrying', '1')  -- a write needing memory, first
+  redis.call('DEL', KEYS[2], KEYS[1])
+  record(attempts, old_digest)
+  if old_submitter and old_submitter ~= ARGV[5] then
+    redis.call('SADD', KEYS[3], old_submitter)
+    redis.call('EXPIRE', KEYS[3], ttl)
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('HSET', KEYS[1], 'watched', '1') end
+  return 'requeued'
+end
+local rec = redis.call('HMGET', KEYS[1], 'submitter', 'unpublished', 'blob', 'attempts',
+                       'status', 'owner')
+if rec[1] then
+  if rec[5] then  -- finished, its record kept (failed, or CHALK_KEEP_JOBS)
+    if ARGV[7] == '1' and rec[5] == 'failed' then
+      return again(rec[4] or 0, rec[3] or '', rec[1])
+    end
+    watch()
+    return 'done'
+  end
+  if rec[2] and (publishes or ARGV[6] ~= '') then
+    if rec[6] and rec[6] ~= '' then
+      redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
+    elseif publishes then
+      redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
+      if rec[1] ~= ARGV[5] then watch() end
+      local t = redis.call('TIME')
+      redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+                 ARGV[1])
+      return 'queued'
+    else
+      redis.call('HDEL', KEYS[1], 'unpublished')
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      redis.call('LPUSH', KEYS[4], ARGV[6])
+      local seq = redis.call('INCR', KEYS[6])
+      redis.call('HSET', KEYS[1], 'task', ARGV[9], 'seq', seq, 'pushed', now, 'head', '0',
+                 'queue', KEYS[4])
+      redis.call('ZADD', KEYS[5], now, ARGV[1])
+      if rec[1] ~= ARGV[5] then watch() end
+      return 'queued'
+    end
+  end
+  if rec[1] ~= ARGV[5] then watch() end
+  return 'duplicate'
+end
 local found = redis.call('GET', KEYS[2])
 if found then
   if ARGV[7] == '1' and cjson.decode(found)['status'] == 'failed' then
-    redis.call('DEL', KEYS[2])
-    record()
-    return 'requeued'
+    return again(0, '', nil)
   end
+  redis.call('SADD', KEYS[3], ARGV[5])  -- told of the result of a retry by someone else
+  redis.call('EXPIRE', KEYS[3], ttl)
   return 'done'
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local unpublished = redis.call('HGET', KEYS[1], 'unpublished')
-  if unpublished and (publishes or ARGV[6] ~= '') then
-    if redis.call('EXISTS', KEYS[5]) == 1 then
-      redis.call('HDEL', KEYS[1], 'unpublished')  -- a worker started it: it was delivered
-      return 'duplicate'
-    end
-    if publishes then
-      redis.call('HSET', KEYS[1], 'unpublished', ARGV[5])
-    else
-      redis.call('HDEL', KEYS[1], 'unpublished')
-    end
-    enqueue()
-    return 'queued'
-  end
-  return 'duplicate'
-end
-record()
+record(0, '')
 return 'queued'
 """,
 )
@@ -119,21 +159,22 @@ return 1
 RELEASE = Script(
     "release",
     """
--- KEYS: job, result, watchers, owner, pending
--- ARGV: waiter, id
+-- KEYS: job, result, watchers, pending
+-- ARGV: waiter, id, blob-ref key prefix
 -- After a failed publish: 'released' (the record this submit made is deleted, so the
 -- next submit records and sends the job), 'unpublished' (another submit took the job
 -- over and may have failed too: the next submit sends it) or 'queued' (a publish went
 -- through, or a worker started the job: its message was delivered after all).
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'queued' end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'released' end
-local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter')
+local rec = redis.call('HMGET', KEYS[1], 'unpublished', 'submitter', 'owner', 'blob')
+if not rec[2] then return 'released' end
 if not rec[1] then return 'queued' end
-if redis.call('EXISTS', KEYS[4]) == 1 then return 'queued' end
+if rec[3] and rec[3] ~= '' then return 'queued' end
 if rec[1] == ARGV[1] and rec[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[5], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
+  if rec[4] and rec[4] ~= '' then redis.call('DECR', ARGV[3] .. rec[4]) end
   return 'released'
 end
 return 'unpublished'
@@ -150,14 +191,13 @@ WATCH = Script(
 -- but the waiter is registered where Redis has room: if someone retries the job
 -- (retry_failed) before the waiter reads the result, the next result wakes it.
 local done = redis.call('EXISTS', KEYS[1]) == 1
-if not done and redis.call('EXISTS', KEYS[2]) == 0 then return 'unknown' end
-if done then
-  redis.pcall('SADD', KEYS[3], ARGV[2])
-  redis.pcall('EXPIRE', KEYS[3], tonumber(ARGV[3]))
-  return 'done'
-end
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+local recorded = redis.call('EXISTS', KEYS[2]) == 1
+if not done and not recorded then return 'unknown' end
+local call = done and redis.pcall or redis.call
+call('SADD', KEYS[3], ARGV[2])
+call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+if recorded then call('HSET', KEYS[2], 'watched', '1') end
+if done then return 'done' end
 return 'waiting'
 """,
 )
@@ -166,12 +206,15 @@ return 'waiting'
 CLEAR_FINISHED = Script(
     "clear-finished",
     """
--- KEYS: result, job, owner
+-- KEYS: result, job
+-- ARGV: blob-ref key prefix
 -- Clears a finished job's result and record so that the next submit scores it again:
 -- 'running' (a worker holds the job: left alone), 'none' (no result), or 'cleared'.
-if redis.call('EXISTS', KEYS[3]) == 1 then return 'running' end
+local rec = redis.call('HMGET', KEYS[2], 'owner', 'blob')
+if rec[1] and rec[1] ~= '' then return 'running' end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'none' end
 redis.call('DEL', KEYS[1], KEYS[2])
+if rec[2] and rec[2] ~= '' then redis.call('DECR', ARGV[1] .. rec[2]) end
 return 'cleared'
 """,
 )
@@ -214,9 +257,9 @@ def queue_submit(
             keys.result(job.job_id),
             keys.watchers(job.job_id),
             settings.queue,
-            keys.owner(job.job_id),
             keys.PENDING,
             keys.PUSHES,
+            keys.blobref(job.digest),
         ],
         [
             job.job_id,
@@ -229,6 +272,8 @@ def queue_submit(
             "1" if publishes else "0",
             task_id,
             batch_id or "",
+            settings.blob_ttl_s,
+            keys.BLOBREF_PREFIX,
         ],
     )
 
@@ -245,14 +290,8 @@ def queue_release(pipe: Pipeline, job_ids: Sequence[str], waiter: str) -> None:
         queue_script(
             pipe,
             RELEASE,
-            [
-                keys.job(job_id),
-                keys.result(job_id),
-                keys.watchers(job_id),
-                keys.owner(job_id),
-                keys.PENDING,
-            ],
-            [waiter, job_id],
+            [keys.job(job_id), keys.result(job_id), keys.watchers(job_id), keys.PENDING],
+            [waiter, job_id, keys.BLOBREF_PREFIX],
         )
 
 
@@ -336,26 +375,37 @@ def queue_batch_index(
 
 @dataclass(frozen=True)
 class JobState:
-    """Where an unfinished job is: recorded (else unknown or expired), leased, tried."""
+    """Where a job is: known (else never submitted, or expired), leased, tried, finished.
+
+    A job that succeeds loses its record in the same step that writes its result:
+    a job read as unfinished a moment ago may be ``finished`` now (read its result).
+    """
 
     recorded: bool
     running: bool
     attempts: int
+    finished: bool = False
 
 
 def queue_states(pipe: Pipeline, job_ids: Sequence[str]) -> None:
-    """Queue, per job, the three reads ``parse_states`` turns into a ``JobState``."""
+    """Queue, per job, the four reads ``parse_states`` turns into a ``JobState``."""
     for job_id in job_ids:
         pipe.exists(keys.job(job_id))
         pipe.zscore(keys.RUNNING, job_id)
-        pipe.get(keys.attempts(job_id))
+        pipe.hget(keys.job(job_id), "attempts")
+        pipe.exists(keys.result(job_id))
 
 
 def parse_states(replies: Sequence[Any]) -> list[JobState]:
     """The ``JobState`` of each job from the replies of ``queue_states``."""
     return [
-        JobState(bool(replies[i]), replies[i + 1] is not None, int(replies[i + 2] or 0))
-        for i in range(0, len(replies), 3)
+        JobState(
+            recorded=bool(replies[i]) or bool(replies[i + 3]),
+            running=replies[i + 1] is not None,
+            attempts=int(replies[i + 2] or 0),
+            finished=bool(replies[i + 3]),
+        )
+        for i in range(0, len(replies), 4)
     ]
 
 
@@ -378,5 +428,5 @@ def chunk_replies(
 def queue_clear_finished(pipe: Pipeline, job_id: str) -> None:
     """Queue clearing a finished job so that it is scored again (``chalk score --rescore``)."""
     queue_script(
-        pipe, CLEAR_FINISHED, [keys.result(job_id), keys.job(job_id), keys.owner(job_id)], []
+        pipe, CLEAR_FINISHED, [keys.result(job_id), keys.job(job_id)], [keys.BLOBREF_PREFIX]
     )

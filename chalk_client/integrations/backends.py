@@ -10,9 +10,6 @@ and in order: a job that could not be scored, or sent, or waited for, is a
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import weakref
 from typing import Protocol
 
 from chalk_client.async_client import AsyncChalkClient
@@ -89,9 +86,6 @@ class Cluster:
         self.settings = settings
         self.client = ChalkClient(redis_url, settings=settings)  # a malformed URL fails here
         self.redis_url = redis_url
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncChalkClient]
-        self._async = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
 
     def check(self, judge: JudgeSpec) -> None:
         """Nothing to check here: what is registered is the workers' business."""
@@ -114,24 +108,19 @@ class Cluster:
             problem = f"{type(exc).__name__}: {exc}"
         return self._complete(jobs, found, problem)
 
-    def _async_client(self) -> AsyncChalkClient:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._async.get(loop)
-            if client is None:
-                client = self._async[loop] = AsyncChalkClient(
-                    self.redis_url, settings=self.settings
-                )
-        return client
-
     async def score_async(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """``score`` through ``AsyncChalkClient`` (one per event loop)."""
+        """``score`` through an ``AsyncChalkClient`` of the running loop, closed afterwards.
+
+        A client per call: a trainer's loop may end between calls, and a client left
+        open on a closed loop leaks its connections.
+        """
         found: dict[str, JobResult] = {}
         problem = None
         try:
-            batch = await self._async_client().submit_batch(jobs)
-            async for result in batch.as_completed(self.timeout_s):
-                found[result.job_id] = result
+            async with AsyncChalkClient(self.redis_url, settings=self.settings) as client:
+                batch = await client.submit_batch(jobs)
+                async for result in batch.as_completed(self.timeout_s):
+                    found[result.job_id] = result
         except ChalkError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         return self._complete(jobs, found, problem)

@@ -77,7 +77,11 @@ def read_batch(client: ChalkClient, batch_id: str) -> Results:
     unfinished: Counter[str] = Counter()
     for state in client.store.states(pending):
         unfinished[
-            "unknown" if not state.recorded else "running" if state.running else "queued"
+            "unknown"
+            if not state.recorded
+            else "running"
+            if state.running or state.finished
+            else "queued"
         ] += 1
     results = [result for result in found if result is not None]
     return Results(

@@ -347,7 +347,9 @@ def test_a_waiter_whose_announcement_expired_still_gets_the_result(own_redis_url
     client = ChalkClient(own_redis_url, settings=settings)
     handle = client.submit(ScoringJob(id="quiet", judge=AlwaysPassJudge()))
     store = redis.Redis.from_url(own_redis_url)
-    assert store.ttl("chalk:watchers:quiet") > 3600  # an hour's wait is still told
+    # The submitter is told of the result; an hour's wait is still told.
+    assert store.hget("chalk:job:quiet", "submitter") == handle._collector.waiter.encode()
+    assert store.ttl("chalk:job:quiet") > 3600
     with pytest.raises(ResultTimeout):
         handle.wait(0)
     leases = LeaseStore(store, settings)

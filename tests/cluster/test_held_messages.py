@@ -54,7 +54,7 @@ def test_a_taken_message_is_noted_on_its_job_and_moves_the_watermark(own_redis_u
     record = store.hgetall(keys.job("a"))
     assert record[b"received"] == record[b"task"] == entry.task_id.encode()
     assert record[b"holder"] == CONSUMER.encode()
-    assert store.get(keys.taken(QUEUE)) == record[b"seq"]
+    assert store.zscore(keys.TAKEN, QUEUE) == float(record[b"seq"])
     assert store.llen(keys.held(CONSUMER)) == 1 and store.llen(QUEUE) == 1
 
 

@@ -89,7 +89,9 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     ):
         assert worker.proc.poll() is None and time.monotonic() < deadline, worker.text()[-3000:]
         time.sleep(0.05)
-    assert store.get(keys.attempts("start-refused")) is None  # the refused start changed nothing
+    assert (
+        store.hget(keys.job("start-refused"), "attempts") == b"0"
+    )  # the refused start changed nothing
     assert store.llen("chalk") + held_count(store) == 2  # every message is in Redis
 
     store.config_set("maxmemory", 0)
@@ -116,14 +118,16 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
     leases = LeaseStore(redis.Redis.from_url(url), settings)
     job = ScoringJob(id="j", judge=AlwaysPassJudge())
     store.hset(keys.job("j"), mapping={"job": job.model_dump_json(), "blob": ""})
-    store.set(keys.owner("held"), "another worker")
+    store.hset(keys.job("held"), "owner", "another worker")
     result = JobResult(job_id="held", status=JobStatus.SUCCEEDED)
     before = set(store.keys())
+    record = store.hgetall(keys.job("j"))
 
     store.config_set("maxmemory", FULL)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         leases.start("j", "me")
     assert set(store.keys()) == before  # no lease, attempt or result: nothing happened
+    assert store.hgetall(keys.job("j")) == record
 
     runtime = WorkerRuntime(settings, url, Resender("chalk"))
     try:
@@ -150,7 +154,7 @@ def dead_workers_job(url: str, store: redis.Redis, job_id: str, deadline_ms: flo
     )
     store.delete("parked")
     store.zadd(keys.RUNNING, {job_id: deadline_ms})
-    store.set(keys.owner(job_id), "a dead worker")
+    store.hset(keys.job(job_id), "owner", "a dead worker")
 
 
 def test_a_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):

@@ -31,6 +31,7 @@ from chalk_client.integrations.submissions import TextSubmission
 from chalk_client.integrations.trl import async_reward_function, reward_function
 from chalk_client.judges import CustomJudge, RegexJudge, RubricJudge
 from chalk_worker.fake_openai import FakeOpenAI, Reply
+from chalk_worker.llm import close_llm_clients
 
 
 def trainer_kwargs(
@@ -192,8 +193,11 @@ def run_like_trl(reward: Any, kwargs: dict[str, Any]) -> list[float | None]:
         given = {k: v for k, v in kwargs.items() if k != "_metrics"}
         return asyncio.run_coroutine_threadsafe(reward(**given), loop).result(timeout=60)
     finally:
+        # A trainer's loop lives as long as its process; this one ends with the test.
+        asyncio.run_coroutine_threadsafe(close_llm_clients(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
+        loop.close()
 
 
 def test_the_async_variant_is_a_coroutine_function_trl_awaits_on_its_own_loop():
