@@ -21,7 +21,17 @@ import time
 
 from bench.suite import Figure, table
 
-BENCHMARKS = ("throughput", "latency", "sandbox", "rubric", "inprocess", "batch", "submission")
+BENCHMARKS = (
+    "throughput",
+    "latency",
+    "sandbox",
+    "rubric",
+    "inprocess",
+    "batch",
+    "submission",
+    "footprint",
+    "ceiling",
+)
 
 
 def run_one(name: str, smoke: bool) -> list[Figure]:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
 
+import redis
 import redis.asyncio
 
 from chalk_client.cluster import keys
@@ -52,6 +53,8 @@ class AsyncJobStore:
         self.redis = client
         self.settings = settings
         self.url = url
+        self._blmpop = True
+        """Whether Redis has ``BLMPOP`` (7.0 and later); found out at the first wait."""
 
     async def _pipeline(
         self, build: Callable[[Pipeline], object], *, each: bool = False
@@ -147,6 +150,16 @@ class AsyncJobStore:
             if timeout <= 0:
                 now: Any = await self.redis.lpop(key, DRAIN)
                 return [as_text(item) for item in now or []]
+            if self._blmpop:
+                try:  # one command for the first id and the rest (Redis 7)
+                    found: Any = await self.redis.blmpop(
+                        timeout, 1, key, direction="LEFT", count=DRAIN
+                    )
+                    return [as_text(item) for item in found[1]] if found else []
+                except redis.exceptions.ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._blmpop = False  # Redis 6.2: BLPOP, then LPOP the rest
             first: Any = await self.redis.blpop([key], timeout=timeout)
             if first is None:
                 return []

@@ -53,6 +53,8 @@ class JobStore:
         self.redis = client
         self.settings = settings
         self.url = url
+        self._blmpop = True
+        """Whether Redis has ``BLMPOP`` (7.0 and later); found out at the first wait."""
 
     def _pipeline(self, build: Callable[[Pipeline], object], *, each: bool = False) -> list[Any]:
         """Run the commands ``build`` queues in one round trip, loading scripts if needed.
@@ -144,6 +146,14 @@ class JobStore:
             if timeout <= 0:
                 now: Any = self.redis.lpop(key, DRAIN)
                 return [as_text(item) for item in now or []]
+            if self._blmpop:
+                try:  # one command for the first id and the rest (Redis 7)
+                    found: Any = self.redis.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
+                    return [as_text(item) for item in found[1]] if found else []
+                except redis.exceptions.ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._blmpop = False  # Redis 6.2: BLPOP, then LPOP the rest
             first: Any = self.redis.blpop([key], timeout=timeout)
             if first is None:
                 return []

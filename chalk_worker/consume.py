@@ -146,6 +146,7 @@ class LeaseKeeper(threading.Thread):
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
             runtime.held_messages.register(deliveries.REGISTRY.renewable())
+            self._send_watermarks()
             self._give_back_closed()
             if self._unreachable:
                 log.warning("Redis at %s is reachable again", redacted(runtime.url))
@@ -179,6 +180,18 @@ class LeaseKeeper(threading.Thread):
                 for left in acks[i:]:
                     deliveries.REGISTRY.ack_later(*left)
                 raise
+
+    def _send_watermarks(self) -> None:
+        """Move the queues' watermarks to what this process's jobs took (once a tick)."""
+        taken = self.runtime.take_watermarks()
+        if not taken:
+            return
+        try:
+            self.runtime.held_messages.move_watermarks(taken)
+        except redis.RedisError:
+            for queue, seq in taken.items():  # next tick, with whatever comes meanwhile
+                self.runtime.note_taken(queue, seq)
+            raise
 
     def _give_back_closed(self) -> None:
         """Messages of this process's closed channels that Redis could not take back then."""
@@ -246,6 +259,7 @@ class WorkerRuntime:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reconciler = Reconciler(self.held_messages, settings, self.owner)
         self._held: set[str] = set()
+        self._taken: dict[str, int] = {}
         self._lock = threading.Lock()
         self.keeper = LeaseKeeper(self, resender)
         self.keeper.start()
@@ -254,6 +268,18 @@ class WorkerRuntime:
         """The jobs this process is scoring now."""
         with self._lock:
             return list(self._held)
+
+    def note_taken(self, queue: str, seq: int) -> None:
+        """A message with push number ``seq`` was taken from ``queue`` (see ``take_watermarks``)."""
+        with self._lock:
+            if seq > self._taken.get(queue, -1):
+                self._taken[queue] = seq
+
+    def take_watermarks(self) -> dict[str, int]:
+        """The highest push number taken per queue since the last call (the keeper sends them)."""
+        with self._lock:
+            taken, self._taken = self._taken, {}
+        return taken
 
     def retrying(self, what: str, action: Callable[[], _T]) -> _T:
         """``action()``, retried with backoff while Redis has trouble that passes by itself.
@@ -310,6 +336,8 @@ class WorkerRuntime:
         if start.outcome == "missing":
             log.warning("no record of job %s (never submitted, or expired); dropping it", job_id)
             return Handled(Outcome.MISSING)
+        if start.taken is not None:
+            self.note_taken(*start.taken)
         with self._lock:
             self._held.add(job_id)
         try:

@@ -38,6 +38,7 @@ from chalk_client.cluster.delivery import (
     queue_forget_consumer,
     queue_receive,
     queue_restore,
+    queue_watermarks,
 )
 from chalk_client.cluster.messages import HeldEntry, queue_message
 from chalk_client.cluster.script import Build, as_text, first_error, run_pipeline
@@ -167,6 +168,10 @@ class HeldMessages:
     def receive(self, job_id: str, task_id: str, consumer: str) -> None:
         """Note on the job that ``consumer`` took its latest message."""
         self.run(lambda pipe: queue_receive(pipe, job_id, task_id, consumer))
+
+    def move_watermarks(self, taken: dict[str, int]) -> None:
+        """Move each queue's watermark up to the push number of a message taken from it."""
+        self.run(lambda pipe: queue_watermarks(pipe, taken))
 
     def ack(self, consumer: str, raw: bytes) -> None:
         """Remove an acknowledged message from the consumer's held list."""

@@ -178,3 +178,9 @@ def queue_forget_consumer(pipe: Pipeline, consumer: str, *, own: bool) -> None:
         [keys.held(consumer), keys.CONSUMERS],
         [consumer, "1" if own else "0"],
     )
+
+
+def queue_watermarks(pipe: Pipeline, taken: dict[str, int]) -> None:
+    """Queue moving each queue's watermark up to the push number of a message taken."""
+    for queue, seq in taken.items():
+        pipe.zadd(keys.TAKEN, {queue: seq}, gt=True)

@@ -22,14 +22,14 @@ from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue
 START = Script(
     "start",
     """
--- KEYS: job, result, running, taken (watermarks)
+-- KEYS: job, result, running
 -- ARGV: id, owner token, lease ms, blob key prefix, largest archive returned inline,
 --       the task id of the message that started it (or ''), the worker's node name,
---       '1' to move the queue's watermark (no RECEIVE noted the message when taken)
+--       '1' to return the push number of the message taken (no RECEIVE noted it)
 -- A larger archive is left in Redis for the worker to read in pieces ('large'). The
 -- first write (ZADD) needs memory: a full Redis refuses the start whole.
 local rec = redis.call('HMGET', KEYS[1], 'job', 'blob', 'owner', 'unpublished', 'status',
-                       'task', 'seq', 'head', 'queue')
+                       'task', 'seq', 'head', 'queue', 'attempts')
 if not rec[1] then
   if redis.call('EXISTS', KEYS[2]) == 1 then return {'done'} end
   return {'missing'}
@@ -43,19 +43,23 @@ if rec[3] and rec[3] ~= '' then
   if deadline and tonumber(deadline) > now then return {'busy', rec[3]} end
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'started', ARGV[6], 'worker', ARGV[7])
+local n = (tonumber(rec[10]) or 0) + 1
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'started', ARGV[6], 'worker', ARGV[7],
+           'attempts', n)
 -- Its message was delivered: a submit that failed to publish it must not release it.
 if rec[4] then redis.call('HDEL', KEYS[1], 'unpublished') end
+-- The latest message, pushed at the queue's tail, was taken: the caller moves the queue's
+-- watermark to its push number (a few jobs at a time), when no RECEIVE did.
+local seq, queue = '', ''
 if ARGV[8] == '1' and rec[6] == ARGV[6] and rec[8] == '0' and rec[9] then
-  redis.call('ZADD', KEYS[4], 'GT', rec[7], rec[9])
+  seq, queue = rec[7], rec[9]
 end
 local digest = rec[2] or ''
-if digest == '' then return {'start', n, rec[1], 'none', ''} end
+if digest == '' then return {'start', n, rec[1], 'none', '', seq, queue} end
 local size = redis.call('STRLEN', ARGV[4] .. digest)
-if size == 0 then return {'start', n, rec[1], 'missing', digest} end
-if size > tonumber(ARGV[5]) then return {'start', n, rec[1], 'large', digest} end
-return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[4] .. digest)}
+if size == 0 then return {'start', n, rec[1], 'missing', digest, seq, queue} end
+if size > tonumber(ARGV[5]) then return {'start', n, rec[1], 'large', digest, seq, queue} end
+return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[4] .. digest), seq, queue}
 """,
 )
 
@@ -239,6 +243,9 @@ class Start:
     digest: str = ""
     """The archive's content hash, for ``large`` and ``missing``."""
     holder: str = ""
+    taken: tuple[str, int] | None = None
+    """The queue and push number of the message taken, when it was the job's latest pushed
+    at the queue's tail and no ``RECEIVE`` noted it: the queue's watermark moves to it."""
 
 
 @dataclass(frozen=True)
@@ -268,12 +275,12 @@ def queue_start(
     ``task_id`` (the message's) and ``node`` (the worker's name) are recorded on
     the job, to report the attempt lost should the worker die. ``mark_taken``: no
     ``RECEIVE`` noted the message when it was taken (a pool that starts each job as
-    it takes it), so the start moves the queue's watermark.
+    it takes it): the reply says which watermark to move (``Start.taken``).
     """
     queue_script(
         pipe,
         START,
-        [keys.job(job_id), keys.result(job_id), keys.RUNNING, keys.TAKEN],
+        [keys.job(job_id), keys.result(job_id), keys.RUNNING],
         [
             job_id,
             owner,
@@ -295,9 +302,11 @@ def parse_start(reply: Any) -> Start:
     if outcome != "start":
         return Start(outcome)
     blob = as_text(reply[3])
+    seq, queue = as_text(reply[5]), as_text(reply[6])
+    taken = (queue, int(seq)) if seq and queue else None
     if blob == "ok":
-        return Start(outcome, int(reply[1]), reply[2], blob, reply[4])
-    return Start(outcome, int(reply[1]), reply[2], blob, None, as_text(reply[4]))
+        return Start(outcome, int(reply[1]), reply[2], blob, reply[4], taken=taken)
+    return Start(outcome, int(reply[1]), reply[2], blob, None, as_text(reply[4]), taken=taken)
 
 
 def queue_finish(
