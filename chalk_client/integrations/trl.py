@@ -29,8 +29,8 @@ raises ``ConfigurationError`` at the first call, before anything is scored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 from pydantic import SecretStr
 
@@ -178,6 +178,21 @@ def reward_function(
     return RewardFunction(scorer, failed_value, name)
 
 
+class AsyncRewardFunction(Protocol):
+    """What ``async_reward_function`` returns: an ``async def`` with ``last_results``."""
+
+    __name__: str
+    last_results: list[JobResult]
+    """The ``JobResult`` of every completion of the last call, in order."""
+
+    def __call__(
+        self,
+        prompts: Sequence[Conversation] | None = None,
+        completions: Sequence[Conversation] = (),
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, list[float | None]]: ...
+
+
 def async_reward_function(
     judge: JudgeSource | JudgeForSample,
     *,
@@ -191,7 +206,7 @@ def async_reward_function(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     failed_value: float | None = None,
     name: str = DEFAULT_NAME,
-) -> Callable[..., Awaitable[list[float | None]]]:
+) -> AsyncRewardFunction:
     """``reward_function`` as an ``async def``, for TRL 0.27 and later.
 
     TRL awaits coroutine reward functions on an event loop of its own, together
@@ -225,4 +240,4 @@ def async_reward_function(
 
     score.__name__ = score.__qualname__ = name
     score.last_results = []  # type: ignore[attr-defined]
-    return score
+    return cast(AsyncRewardFunction, score)

@@ -281,7 +281,7 @@ def test_positional_parameters_are_validated_and_not_given_twice():
     with pytest.raises(ValidationError, match="Extra inputs"):
         ExecutableJudge(["x", "o"], shell=True)
     with pytest.raises(TypeError):
-        RegexJudge(["a"], ["b"])  # type: ignore[misc]
+        RegexJudge(["a"], ["b"])  # type: ignore[misc, call-arg]
 
 
 def test_signatures_name_design_parameters_in_order():

@@ -30,7 +30,7 @@ from chalk_client.judges import AlwaysPassJudge, CustomJudge
 from chalk_client.records import prepare_job
 
 
-def job_of(message: bytes) -> str:
+def job_of(message: bytes | str) -> str:
     return str(json.loads(base64.b64decode(json.loads(message)["body"]))[0][0])
 
 
@@ -111,7 +111,7 @@ def test_a_message_popped_by_something_that_died_is_sent_again(own_redis_url, st
     batch = client.submit_batch(jobs)
     store = redis.Redis.from_url(url)
     popped = store.rpop("chalk")  # the oldest message, taken by a consumer that then died
-    assert popped is not None and job_of(popped) == "p-00"
+    assert isinstance(popped, bytes) and job_of(popped) == "p-00"
     worker = start_worker(url, env={"CHALK_RECONCILE_S": "1"})
     results = batch.results(timeout=60)
     assert [r.status for r in results] == [JobStatus.SUCCEEDED] * 30

@@ -24,7 +24,7 @@ QUEUE = "q"
 CONSUMER = f"{QUEUE}@w1:host:4242:abcd:1"
 
 
-def job_of(message: bytes) -> str:
+def job_of(message: bytes | str) -> str:
     return str(json.loads(base64.b64decode(json.loads(message)["body"]))[0][0])
 
 

@@ -23,6 +23,7 @@ from inspect_ai import Task, eval  # noqa: E402
 from inspect_ai.dataset import Sample  # noqa: E402
 from inspect_ai.log import EvalLog  # noqa: E402
 from inspect_ai.model import (  # noqa: E402
+    ChatMessage,
     ChatMessageAssistant,
     ChatMessageSystem,
     ChatMessageTool,
@@ -161,7 +162,7 @@ def test_code_from_the_model_runs_sandboxed_as_the_submission(tmp_path):
     right = "```python\ndef square(x):\n    return x * x\n```"
     wrong = "```python\ndef square(x):\n    return x + x\n```"
     log = run(task, mock_model(right, wrong), tmp_path)
-    assert sorted(s.scores["chalk_scorer"].value for s in log.samples) == [0.0, 1.0]
+    assert sorted(s.scores["chalk_scorer"].as_float() for s in log.samples) == [0.0, 1.0]
 
 
 def test_judges_that_cannot_work_here_are_refused_when_the_scorer_is_made():
@@ -182,7 +183,7 @@ def test_a_password_in_redis_url_is_warned_about_as_inspect_logs_arguments(caplo
 
 
 def test_inspect_messages_become_chalk_messages():
-    messages = [
+    messages: list[ChatMessage] = [
         ChatMessageSystem(content="Be careful."),
         ChatMessageUser(content="Add 1 and 2."),
         ChatMessageAssistant(

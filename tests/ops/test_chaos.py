@@ -42,6 +42,7 @@ import redis
 
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission
 from chalk_client.cluster import keys
+from chalk_client.cluster.script import as_text
 from chalk_client.judges import CustomJudge, ExecutableJudge, RegexJudge
 from chalk_client.transcript import Message, Transcript
 
@@ -116,7 +117,7 @@ def held_jobs_of(store: redis.Redis, pid: int) -> set[str]:
     """The jobs of every message held by the consumers of the worker process ``pid``."""
     found: set[str] = set()
     for consumer in store.zrange("chalk:consumers", 0, -1):
-        name = consumer.decode()
+        name = as_text(consumer)
         if keys.Consumer.parse(name).pid != str(pid):
             continue
         for raw in store.lrange(f"chalk:held:{name}", 0, -1):

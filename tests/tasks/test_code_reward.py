@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -17,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = "def test_one():\n    assert add(1, 2) == 3\n\ndef test_two():\n    assert add(0, 0) == 0\n"
 
 
+def scored(folder: Path) -> dict[str, Any]:
+    """The example's verdict for ``folder``, typed for the assertions."""
+    return cast(dict[str, Any], run_tests.score(folder))
+
+
 def folder_with(tmp_path: Path, solution: str, tests: str = TESTS) -> Path:
     (tmp_path / "solution.py").write_text(solution)
     (tmp_path / "tests.py").write_text(tests)
@@ -24,11 +30,13 @@ def folder_with(tmp_path: Path, solution: str, tests: str = TESTS) -> Path:
 
 
 def test_the_score_is_the_fraction_of_tests_passed(tmp_path):
-    verdict = run_tests.score(folder_with(tmp_path, "def add(a, b):\n    return a + b + 0 * a\n"))
+    verdict = scored(folder_with(tmp_path, "def add(a, b):\n    return a + b + 0 * a\n"))
     assert verdict["score"] == 1.0
-    half = run_tests.score(folder_with(tmp_path, "def add(a, b):\n    return 3\n"))
+    half = scored(folder_with(tmp_path, "def add(a, b):\n    return 3\n"))
     assert half["score"] == 0.5
-    assert "test_two: AssertionError" in half["metadata"]["failures"]
+    metadata = half["metadata"]
+    assert isinstance(metadata, dict)
+    assert "test_two: AssertionError" in metadata["failures"]
 
 
 @pytest.mark.parametrize(
@@ -41,20 +49,20 @@ def test_the_score_is_the_fraction_of_tests_passed(tmp_path):
     ],
 )
 def test_exiting_early_or_printing_a_verdict_passes_no_test(tmp_path, solution):
-    assert run_tests.score(folder_with(tmp_path, solution))["score"] == 0.0
+    assert scored(folder_with(tmp_path, solution))["score"] == 0.0
 
 
 def test_a_solution_that_hangs_fails_at_the_time_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(run_tests, "TEST_TIMEOUT_S", 0.5)
-    verdict = run_tests.score(folder_with(tmp_path, "while True:\n    pass\n"))
+    verdict = scored(folder_with(tmp_path, "while True:\n    pass\n"))
     assert verdict["score"] == 0.0
     assert "timed out" in verdict["metadata"]["failures"]
 
 
 def test_tests_that_do_not_parse_or_define_nothing_score_zero_with_the_reason(tmp_path):
-    broken = run_tests.score(folder_with(tmp_path, "", "def (:"))
+    broken = scored(folder_with(tmp_path, "", "def (:"))
     assert broken["score"] == 0.0 and "do not parse" in broken["metadata"]["error"]
-    none = run_tests.score(folder_with(tmp_path, "", "x = 1\n"))
+    none = scored(folder_with(tmp_path, "", "x = 1\n"))
     assert none["score"] == 0.0 and "no test_" in none["metadata"]["error"]
 
 

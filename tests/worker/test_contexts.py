@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import say
@@ -58,7 +59,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 def shown(
     fake: FakeOpenAI,
-    context: list[object],
+    context: list[Any],
     *,
     transcript: Transcript | None = None,
     files: dict[str, str] | None = None,

@@ -119,6 +119,12 @@ def hostile(
     )
 
 
+def command_of(job: ScoringJob) -> list[str]:
+    """The command of a job whose judge is an executable judge."""
+    assert isinstance(job.judge, ExecutableJudge)
+    return job.judge.command
+
+
 def survivors(marker: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -189,7 +195,7 @@ def test_fork_bomb_hits_the_process_cap(test_cap, tmp_path):
     result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
     assert result.status is JobStatus.SUCCEEDED
     assert 0 < int(result.scoring.metadata["forks"]) < 64
-    assert not survivors(str(job.judge.command[1]))
+    assert not survivors(str(command_of(job)[1]))
 
 
 def test_memory_hog_is_killed_at_its_limit(test_cap, tmp_path):
@@ -242,7 +248,7 @@ def test_spinning_forever_is_timed_out(test_cap, tmp_path):
     result = assert_contained(score_capped([job, GOOD], test_cap, tmp_path))
     assert time.monotonic() - started < 60
     assert "timed out" in result.scoring.metadata["error"]
-    assert not survivors(str(job.judge.command[1]))
+    assert not survivors(str(command_of(job)[1]))
 
 
 def test_secrets_cannot_be_read_from_proc(test_cap, tmp_path):
@@ -356,8 +362,8 @@ def test_the_host_is_out_of_sight_and_the_submission_read_only(test_cap, tmp_pat
         """,
     )
     # Hand the script the submission's path through its environment-free argv.
-    job.judge.command.insert(2, "{submission}")
-    script = Path(job.judge.command[1])
+    command_of(job).insert(2, "{submission}")
+    script = Path(command_of(job)[1])
     script.write_text(
         script.read_text().replace('os.environ["SUBMISSION"]', "sys.argv[1]"), encoding="utf-8"
     )
