@@ -39,8 +39,9 @@ from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import deliveries, metrics, presence
-from chalk_worker.consume import Outcome, Resender, WorkerRuntime, worker_runtime
+from chalk_worker.consume import Outcome, WorkerRuntime, worker_runtime
 from chalk_worker.deliveries import LostAttempt
+from chalk_worker.keeper import Resender
 from chalk_worker.sandbox import announce, detect_layers
 from chalk_worker.transport import SHUTTING_DOWN
 

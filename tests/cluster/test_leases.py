@@ -115,7 +115,8 @@ def test_starting_a_job_marks_its_message_delivered(own_redis_url):
 def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
     import asyncio
 
-    from chalk_worker.consume import Resender, WorkerRuntime
+    from chalk_worker.consume import WorkerRuntime
+    from chalk_worker.keeper import Resender
     from chalk_worker.leases import Start
 
     runtime = WorkerRuntime(ChalkSettings(), own_redis_url, Resender("chalk"))

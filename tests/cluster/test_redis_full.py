@@ -30,7 +30,8 @@ from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
 from chalk_client.cluster import keys
 from chalk_client.jobs import JobResult
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
-from chalk_worker.consume import Resender, WorkerRuntime
+from chalk_worker.consume import WorkerRuntime
+from chalk_worker.keeper import Resender
 from chalk_worker.leases import LeaseStore
 
 FULL = 1
