@@ -229,17 +229,17 @@ class Chaos:
 
 def submit(url: str, rollouts: Path, kill_after: int | None) -> None:
     """Run the submitting client; with ``kill_after``, SIGKILL it after that many jobs."""
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", SUBMITTER, url, str(rollouts), "chaos"],
         stdout=subprocess.PIPE,
         text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if kill_after is not None and int(line.split()[1]) >= kill_after:
-            proc.kill()  # mid-batch: some chunks sent, the rest not
-            break
-    assert proc.wait(300) in ((0,) if kill_after is None else (-signal.SIGKILL, 0))
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if kill_after is not None and int(line.split()[1]) >= kill_after:
+                proc.kill()  # mid-batch: some chunks sent, the rest not
+                break
+        assert proc.wait(300) in ((0,) if kill_after is None else (-signal.SIGKILL, 0))
 
 
 def wait_for_results(store: redis.Redis, ids: list[str], timeout: float) -> None:
