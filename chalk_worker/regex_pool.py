@@ -7,12 +7,13 @@ presence with it. Regex judges therefore search in helper processes: the event
 loop waits on the helper's pipe, and a search that runs past its time limit
 costs only its helper, killed with ``SIGKILL`` and replaced when next needed.
 
-- A helper runs this file as a script on the worker's interpreter, isolated
-  (``python -I -S``), started by fork-and-exec as ``spawn`` does (safe in a
-  threaded parent). It imports only the standard library, so it starts in
-  about 50 ms and holds about 15 MB (``multiprocessing``'s spawn would import
-  the worker's main module and this package: 1.5 s and 66 MB). It searches
-  with the worker's own ``re``: verdicts are exactly those of the worker.
+- A helper runs ``chalk_worker/regex_search.py`` as a script on the worker's
+  interpreter, isolated (``python -I -S``), started by fork-and-exec as
+  ``spawn`` does (safe in a threaded parent). It imports only the standard
+  library, so it starts in about 50 ms and holds about 15 MB
+  (``multiprocessing``'s spawn would import the worker's main module and this
+  package: 1.5 s and 66 MB). It searches with the worker's own ``re``: verdicts
+  are exactly those of the worker.
 - Each worker process has one pool, made on first use (and again after a
   fork), shared by all its event loops: at most one helper per CPU core,
   started lazily and reused across jobs. A search is one request and one
@@ -24,44 +25,31 @@ costs only its helper, killed with ``SIGKILL`` and replaced when next needed.
   when the pipe to the worker closes, and within a second of the worker's
   death even in the middle of a search.
 
-This module imports nothing outside the standard library, and ``asyncio`` only
-when a search is made: it is also the helper, and starts faster without.
+``asyncio`` is imported only when a search is made.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import mmap
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, Pipe
-from types import FrameType
+from multiprocessing.connection import Pipe
 from typing import TYPE_CHECKING, Any
+
+from chalk_worker.regex_search import NOT_BEGUN, PROGRESS_BYTES, READY, SCRIPT, RegexRequest
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop, Future
 
 START_TIMEOUT_S = 30.0
 """How long a new helper may take to start before it counts as dead."""
-ORPHAN_CHECK_S = 1.0
-"""During a search, how often a helper checks that the worker that started it still runs."""
-_PROGRESS_BYTES = 4
-NOT_BEGUN = 0xFFFFFFFF
-"""What the progress page holds before the helper begins a search's first pattern."""
-_READY = "ready"
-_SCRIPT = os.path.abspath(__file__)
-
-RegexRequest = Sequence[tuple[str, int]]
-"""Patterns to search for, each as its pattern string and ``re`` flags."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +82,11 @@ class _Helper:
     def __init__(self) -> None:
         self.channel, child_end = Pipe()
         self._progress = tempfile.TemporaryFile()  # noqa: SIM115 (open while the helper lives)
-        os.ftruncate(self._progress.fileno(), _PROGRESS_BYTES)
+        os.ftruncate(self._progress.fileno(), PROGRESS_BYTES)
         fds = (child_end.fileno(), self._progress.fileno())
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _SCRIPT, *map(str, fds), str(os.getpid())],
+                [sys.executable, "-I", "-S", SCRIPT, *map(str, fds), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=fds,
@@ -118,7 +106,7 @@ class _Helper:
         """Wait for the helper's greeting; raise ``EOFError`` if it does not come."""
         if not self.channel.poll(START_TIMEOUT_S):
             raise EOFError(f"the regex helper did not start within {START_TIMEOUT_S:g} s")
-        if self.channel.recv() != _READY:
+        if self.channel.recv() != READY:
             raise EOFError("the regex helper did not greet as expected")
 
     def alive(self) -> bool:
@@ -134,7 +122,7 @@ class _Helper:
         """
         # Until the helper notes its first pattern, the page says "none begun", not the
         # last pattern of its previous search.
-        os.pwrite(self._progress.fileno(), NOT_BEGUN.to_bytes(_PROGRESS_BYTES, "little"), 0)
+        os.pwrite(self._progress.fileno(), NOT_BEGUN.to_bytes(PROGRESS_BYTES, "little"), 0)
         self.channel.send((patterns, text))
         answered = loop.create_future()
         fd = self.channel.fileno()
@@ -154,7 +142,7 @@ class _Helper:
         Meaningful once the helper is stopped; ``None`` when it had not begun one
         (it was still reading a very large request, say).
         """
-        noted = int.from_bytes(os.pread(self._progress.fileno(), _PROGRESS_BYTES, 0), "little")
+        noted = int.from_bytes(os.pread(self._progress.fileno(), PROGRESS_BYTES, 0), "little")
         return None if noted == NOT_BEGUN else noted
 
     def ending(self) -> str:
@@ -413,55 +401,3 @@ def _forget_after_fork() -> None:
     if _pool is not None:
         _pool[1].forget()
         _pool = None
-
-
-# The helper's side.
-
-
-def _search_all(patterns: RegexRequest, text: str, progress: mmap.mmap) -> tuple[Any, ...]:
-    unmatched: list[int] = []
-    for index, (pattern, flags) in enumerate(patterns):
-        progress[:_PROGRESS_BYTES] = index.to_bytes(_PROGRESS_BYTES, "little")
-        try:
-            if re.compile(pattern, flags).search(text) is None:
-                unmatched.append(index)
-        except Exception as exc:
-            return ("error", index, f"{type(exc).__name__}: {exc}")
-    return ("done", unmatched)
-
-
-def _serve(channel_fd: int, progress_fd: int, parent: int) -> None:
-    """Answer search requests until the worker closes the pipe or dies."""
-
-    def exit_if_orphaned(_signum: int, _frame: FrameType | None) -> None:
-        # re checks for signals as it searches, so this runs even mid-search.
-        if os.getppid() != parent:
-            os._exit(0)
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the worker, which ends us
-    signal.signal(signal.SIGALRM, exit_if_orphaned)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})  # a mask survives exec
-    channel = Connection(channel_fd)
-    progress = mmap.mmap(progress_fd, _PROGRESS_BYTES)
-    if os.getppid() != parent:
-        return
-    try:
-        channel.send(_READY)
-        while True:
-            try:
-                patterns, text = channel.recv()
-            except EOFError:
-                return
-            signal.setitimer(signal.ITIMER_REAL, ORPHAN_CHECK_S, ORPHAN_CHECK_S)
-            try:
-                reply = _search_all(patterns, text, progress)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            del patterns, text  # an idle helper holds no transcript
-            channel.send(reply)
-    except (BrokenPipeError, ConnectionResetError):
-        return  # the worker went away while we answered
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -52,7 +52,7 @@ def helper_children() -> list[int]:
     found = []
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.NoSuchProcess):
-            helper = any(part.endswith("regex_pool.py") for part in child.cmdline())
+            helper = any(part.endswith("regex_search.py") for part in child.cmdline())
             if helper and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child.pid)
     return found
