@@ -61,15 +61,39 @@ class ProcessOutcome:
     memory_exceeded: bool = False
     leftovers_killed: int = 0
     maybe_signal: bool = False
+    started: str = "direct"
+    """How the run started: ``warm`` (forked interpreter), ``forked`` (executed from a
+    fork server) or ``direct`` (its own bubblewrap, or none)."""
+
+
+class CappedBuffer:
+    """The first ``limit`` bytes of a stream, and a count of the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Keep what fits of ``chunk``; count the rest."""
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self) -> str:
+        """What was kept, decoded, with a note of how much was dropped."""
+        text = self.kept.decode("utf-8", errors="replace")
+        if self.dropped:
+            text += f"\n[... {self.dropped} more bytes not kept]"
+        return text
 
 
 class Capture:
     """Drain a pipe in a thread, keeping only its first ``limit`` bytes."""
 
     def __init__(self, pipe: BufferedReader, limit: int) -> None:
-        self.limit = limit
-        self.kept = bytearray()
-        self.dropped = 0
+        self.buffer = CappedBuffer(limit)
         self._pipe = pipe
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
@@ -77,18 +101,12 @@ class Capture:
     def _drain(self) -> None:
         with self._pipe:
             while chunk := self._pipe.read1(65536):
-                room = self.limit - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
-                self.dropped += max(0, len(chunk) - max(room, 0))
+                self.buffer.feed(chunk)
 
     def text(self, wait_s: float) -> str:
         """What was kept, decoded, with a note of how much was dropped."""
         self._thread.join(wait_s)
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.dropped:
-            text += f"\n[... {self.dropped} more bytes not kept]"
-        return text
+        return self.buffer.text()
 
 
 def child_setup(

@@ -3,10 +3,16 @@
 A ``SandboxSession`` is one judge's stay in the sandbox: a claimed slot (its
 own uid), a private scratch folder (a size-capped tmpfs where the worker is
 root) with ``home/`` and ``output/``, and the slot's cgroups. ``run`` starts
-the command under bubblewrap (new PID, network, mount, IPC namespaces; only
-allowlisted paths visible), as the slot user, with rlimits, an empty stdin,
-capped output and a wall-clock timeout; when it ends, everything it started is
-killed. Leaving the session removes the scratch and frees the slot.
+the command in new PID, network, mount, IPC namespaces (only allowlisted paths
+visible), as the slot user, with rlimits, an empty stdin, capped output and a
+wall-clock timeout; when it ends, everything it started is killed. Leaving the
+session removes the scratch and frees the slot.
+
+Where the machine allows it (root, bubblewrap, Linux 5.12+), a run starts from
+a fork server (``servers``, ``forkserver``) that already sits in a sandbox:
+the command is executed from there, or, for ``{python}`` commands, the
+interpreter is forked without a new one starting (warm Python). Otherwise, or
+when a server dies, the run starts its own bubblewrap, as it always did.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
-from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
+from chalk_worker.sandbox import syscalls
+from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths, view_entries
 from chalk_worker.sandbox.cgroups import SlotCgroups
+from chalk_worker.sandbox.environment import script_env
+from chalk_worker.sandbox.forkserver import STAGE
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import (
     TOKEN_VARIABLE,
@@ -39,7 +48,16 @@ from chalk_worker.sandbox.process import (
     sweep,
     wait_exit,
 )
+from chalk_worker.sandbox.pymain import PythonCommand
+from chalk_worker.sandbox.served import run_served
+from chalk_worker.sandbox.servers import (
+    SERVER_SCRIPT,
+    ForkServerLost,
+    ForkServerPool,
+    ServerConfig,
+)
 from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
+from chalk_worker.sandbox.warm import preload_modules
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +91,13 @@ class SandboxSession:
         env: dict[str, str],
         limits: ProcessLimits,
         readonly: Sequence[Path] = (),
+        python: PythonCommand | None = None,
     ) -> ProcessOutcome:
-        """Run ``argv`` contained and wait for it; kill all it left behind."""
-        started = time.monotonic()
-        sandbox = self.sandbox
+        """Run ``argv`` contained and wait for it; kill all it left behind.
+
+        ``python``: the command is ``{python}`` with this program, and may run
+        warm (forked from a started interpreter) where the sandbox offers it.
+        """
         if not _startable(argv[0], cwd, env.get("PATH")):
             return ProcessOutcome(
                 returncode=None,
@@ -86,8 +107,72 @@ class SandboxSession:
                 duration_s=0.0,
                 start_error=f"could not start {argv[0]!r}: not found or not executable",
             )
-        token = os.urandom(12).hex()
-        env = {**env, TOKEN_VARIABLE: token}
+        env = {**env, TOKEN_VARIABLE: os.urandom(12).hex()}
+        servers = self.sandbox.servers() if self.slot is not None else None
+        if servers is not None and self.slot is not None:
+            with servers.server() as server:
+                if server is not None:
+                    mounts = [(path, True) for path in readonly] + [(self.scratch, False)]
+                    cgroups = self.sandbox.cgroups_for(self.slot)
+                    try:
+                        outcome = run_served(
+                            server,
+                            argv,
+                            cwd=cwd,
+                            env=env,
+                            limits=limits,
+                            slot=self.slot,
+                            cgroups=cgroups,
+                            mounts=mounts,
+                            python=python if server.warm else None,
+                        )
+                        if outcome is None:  # the warm path refused it: a cold run
+                            outcome = run_served(
+                                server,
+                                argv,
+                                cwd=cwd,
+                                env=env,
+                                limits=limits,
+                                slot=self.slot,
+                                cgroups=cgroups,
+                                mounts=mounts,
+                                python=None,
+                            )
+                        if outcome is not None:
+                            self._kill_everything(0, cgroups, self.slot.uid, "")
+                            return outcome
+                    except ForkServerLost as exc:
+                        log.warning(
+                            "a fork server failed during a run (%s); the run starts again in a "
+                            "sandbox of its own",
+                            exc,
+                        )
+                        server.close()
+                        self._kill_everything(0, cgroups, self.slot.uid, "")
+                        self._clear_scratch()
+        return self._run_direct(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+
+    def _clear_scratch(self) -> None:
+        """Empty ``home/`` and ``output/`` for a fresh attempt."""
+        for folder in (self.home, self.output_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            if self.slot is not None:
+                os.chown(folder, self.slot.uid, self.slot.gid)
+
+    def _run_direct(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        limits: ProcessLimits,
+        readonly: Sequence[Path],
+    ) -> ProcessOutcome:
+        """Run ``argv`` in a sandbox of its own: bubblewrap (where present) started here."""
+        started = time.monotonic()
+        sandbox = self.sandbox
+        token = env[TOKEN_VARIABLE]
         uid = self.slot.uid if self.slot else None
         cgroups = sandbox.cgroups_for(self.slot) if self.slot else None
         full = list(argv)
@@ -175,7 +260,8 @@ class SandboxSession:
     ) -> int:
         # Killing bubblewrap's process group ends its PID namespace, and with it
         # everything inside; the cgroup and uid sweeps catch anything else.
-        kill_group(pgid)
+        if pgid:
+            kill_group(pgid)
         if cgroups is not None and cgroups.kill_all() and cgroups.wait_empty():
             return 0
         if uid is not None:
@@ -214,7 +300,49 @@ class Sandbox:
         self._cgroups: dict[int, SlotCgroups] = {}
         self._lock = threading.Lock()
         self._can_mount = self.layers.root
+        self._servers: ForkServerPool | None = None
+        self._servers_checked = False
         atexit.register(self.close)
+
+    def servers(self) -> ForkServerPool | None:
+        """This process's fork servers, or ``None`` where the machine cannot run them.
+
+        They need what the fork server's runs use: root, bubblewrap, per-slot
+        users and the mount API of Linux 5.12 (detached mounts).
+        """
+        with self._lock:
+            if self._servers_checked:
+                return self._servers
+            self._servers_checked = True
+            why_not = self._why_no_servers()
+            if why_not:
+                log.info("fork servers are off: %s; each script starts its own sandbox", why_not)
+                return None
+            assert self.layers.bwrap is not None
+            roots = self.readonly_roots
+            run_view = view_entries(readonly=roots, writable=[], tmp_bytes=1 << 20)
+            server_view = view_entries(
+                readonly=[*roots, SERVER_SCRIPT.parent], writable=[], tmp_bytes=1 << 20
+            )
+            config = ServerConfig(
+                bwrap=self.layers.bwrap,
+                server_view=[*server_view, ("dir", STAGE, "")],
+                run_view=run_view,
+                env=script_env(Path("/"), isolated=True),
+                preload=preload_modules() if self.settings.warm_python else [],
+                warm=self.settings.warm_python,
+            )
+            self._servers = ForkServerPool(config, max_idle=os.cpu_count() or 1)
+            return self._servers
+
+    def _why_no_servers(self) -> str:
+        if not (self.layers.root and self.layers.bwrap and self.pool is not None):
+            return "they need root and bubblewrap"
+        try:
+            os.close(syscalls.open_tree_clone("/"))
+        except OSError as exc:
+            return f"this kernel cannot make detached mounts ({exc.strerror})"
+        return ""
 
     def close(self) -> None:
         """Remove the slot cgroups this process used, where no process holds their slot now.
@@ -222,6 +350,8 @@ class Sandbox:
         Other Chalk processes on the machine share the slots: a slot another process
         holds is left alone (it makes its groups again when they are missing anyway).
         """
+        if self._servers is not None:
+            self._servers.close()
         with self._lock:
             for number, cgroups in self._cgroups.items():
                 if self.pool is None:

@@ -1,0 +1,349 @@
+"""The fork server: a pre-started interpreter, inside the sandbox, that starts every run.
+
+The worker starts it under bubblewrap (own PID, network, IPC, UTS and mount
+namespaces; only the allowlisted paths), as root with just the capabilities it
+needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``), not dumpable, with
+``no_new_privs``. It imports the modules scripts commonly use, then serves one
+run at a time and never runs job code itself:
+
+- the server forks a **run init**, the first process of a new PID namespace.
+  The init joins the slot's cgroups, takes new mount, IPC and cgroup
+  namespaces, builds a fresh root (the server's view plus the job's submission,
+  scratch and named paths, handed over as detached mounts), and forks the
+  **program**. When the program ends the init reports its status and exits,
+  and the kernel kills whatever is left in the namespace.
+- the program becomes the command: new session, stdin ``/dev/null``, stdout and
+  stderr on the worker's pipes, working folder, umask, rlimits, the slot's uid
+  and gid with no groups and no capabilities, the user keyring emptied, then
+  either ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
+  interpreter's ``main`` replayed in this already-started one (a warm run,
+  ``pymain``).
+
+A run cannot reach the server: it is in another PID namespace, and the server
+is root. Each run is a new fork, so nothing one run changes in memory is seen
+by the next; the server keeps no job data (requests go straight to the init,
+in a memory file the server never reads).
+
+Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
+
+1. worker: the configuration (JSON: the run view, modules to import);
+   server: ``{"ready": true, "warm": ..., "note": ...}``.
+2. per run, worker: ``run`` with descriptors: the request (a memory file), the
+   stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
+   server: ``forked`` with a pidfd of the run's init, then ``{"start": ...}``
+   (``""`` when the program runs, ``cold: why``, ``exec: errno``,
+   ``setup: what failed``), then ``{"end": ..., "init": wait status}`` where
+   ``end`` is the program's wait status as text (empty when the init was killed).
+
+Standard library only, started as a script: ``python forkserver.py FD``.
+"""
+
+import sys
+
+_STARTUP_MODULES = frozenset(sys.modules)
+_STARTUP_PATH = list(sys.path)
+
+import array  # noqa: E402 - after recording what a bare interpreter has
+import gc  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import stat  # noqa: E402
+import types  # noqa: E402
+from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
+
+STAGE = "/.chalk-run"
+"""Where the run init builds the run's root (a folder of the server's view)."""
+MAX_FDS = 64
+"""Descriptors one run request may carry."""
+
+if TYPE_CHECKING:
+    from chalk_worker.sandbox import pymain, syscalls
+else:
+
+    def _sibling(name: str) -> types.ModuleType:
+        # Loaded by path and not registered: scripts must not see (or import) them.
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"_chalk_fork_server_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    if __name__ == "__main__":
+        syscalls = _sibling("syscalls")
+        pymain = _sibling("pymain")
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _preload(names: list[str]) -> str:
+    """Import the modules runs are likely to need; a note on what could not be."""
+    failed = []
+    for name in names:
+        try:
+            __import__(name)
+        except Exception as exc:  # a broken task package must not stop the server
+            failed.append(f"{name} ({type(exc).__name__})")
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return "a preloaded module started a thread: forking would not be safe"
+    return "could not import " + ", ".join(failed) if failed else ""
+
+
+def _make_mountpoint(target: str, is_dir: bool) -> None:
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    if os.path.lexists(target):
+        return
+    if is_dir:
+        os.mkdir(target, 0o755)
+    else:
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+
+def _mount_proc(target: str) -> None:
+    syscalls.mount("proc", target, "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC)
+    for name in ("sys", "sysrq-trigger", "irq", "bus"):  # read-only, as bubblewrap leaves them
+        path = f"{target}/{name}"
+        if os.path.exists(path):
+            syscalls.mount(path, path, None, syscalls.MS_BIND | syscalls.MS_REC)
+            syscalls.mount(
+                None,
+                path,
+                None,
+                syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY | syscalls.MS_NOSUID
+                | syscalls.MS_NODEV | syscalls.MS_NOEXEC,
+            )
+
+
+def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[int]) -> None:
+    """Make the run's root at ``STAGE`` and switch to it (in the init's own mount namespace)."""
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    syscalls.mount("chalk-root", STAGE, "tmpfs", flags, "mode=0755")
+    for kind, path, detail in view:
+        target = STAGE + path
+        if kind == "symlink":
+            os.symlink(detail, target)
+        elif kind == "dir":
+            _make_mountpoint(target, is_dir=True)
+        elif kind in ("ro", "rw"):
+            _make_mountpoint(target, is_dir=os.path.isdir(path))
+            syscalls.mount(path, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+        elif kind == "proc":
+            _make_mountpoint(target, is_dir=True)
+            _mount_proc(target)
+        elif kind == "dev":
+            _make_mountpoint(target, is_dir=True)
+            syscalls.mount("/dev", target, None, syscalls.MS_BIND | syscalls.MS_REC)
+        elif kind == "tmpfs":
+            _make_mountpoint(target, is_dir=True)
+            syscalls.mount("tmpfs", target, "tmpfs", flags, f"mode=0755,size={request['tmp_bytes']}")
+    for path, fd in zip(request["mounts"], mount_fds, strict=True):
+        _make_mountpoint(STAGE + path, is_dir=stat.S_ISDIR(os.fstat(fd).st_mode))
+        syscalls.attach(fd, STAGE + path)
+    old = STAGE + "/.old-root"
+    os.mkdir(old, 0o700)
+    syscalls.pivot_root(STAGE, old)
+    os.chdir("/")
+    syscalls.umount("/.old-root")
+    os.rmdir("/.old-root")
+
+
+def _become_program(
+    request: dict[str, Any], stdout: int, stderr: int, started: int, warm: "pymain.Interpreter | None"
+) -> NoReturn:
+    """The program's process: its set-up, then the command (exec or warm). Never returns."""
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.umask(request["umask"])
+        os.chdir(request["cwd"])
+        for number, soft, hard in request["rlimits"]:
+            resource.setrlimit(number, (soft, hard))
+        uid, gid = request["uid"], request["gid"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: the run may read its /proc
+        syscalls.clear_user_keyring()
+        env = [(str(k), str(v)) for k, v in request["env"]]
+        argv = [str(word) for word in request["argv"]]
+        if request["python"] is not None and warm is not None:
+            command = pymain.PythonCommand.from_json(request["python"])
+            refusal = _warm_refusal(command, warm)
+            if refusal:
+                os.write(started, f"cold: {refusal}".encode())
+                os._exit(0)
+            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1] + 1)
+            warm.run_main(argv, command, env)
+        os.environ.clear()
+        os.environ.update(env)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
+            signal.signal(number, signal.SIG_DFL)
+        syscalls.cloexec_from(3)
+        error = syscalls.execvp(argv[0], argv)
+        os.write(started, f"exec: {error}".encode())
+    except BaseException as exc:  # nothing of the job ran yet
+        os.write(started, f"setup: {type(exc).__name__}: {exc}".encode())
+    os._exit(127)
+
+
+def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -> str:
+    """Why this command must run cold ("" when it can run warm); checked as the slot's user."""
+    if command.kind == "script":
+        source = pymain.read_script(command.target)
+        if isinstance(source, str):
+            return source
+    folder = pymain.first_path_entry(command)
+    shadow = pymain.shadowed_module(folder, warm.preloaded())
+    if shadow is not None:
+        return f"{os.path.join(folder, shadow)} would be imported instead of a preloaded module"
+    return ""
+
+
+def _run_init(
+    fds: list[int], started: int, ended: int, view: list[list[str]], warm: "pymain.Interpreter | None"
+) -> NoReturn:
+    """The run's init (PID 1 of its namespace): set up, start the program, report its end."""
+    try:
+        with os.fdopen(fds[0], "rb") as body:
+            request = json.loads(body.read())
+        count = request["cgroups"]
+        stdout, stderr = fds[1], fds[2]
+        cgroup_fds, mount_fds = fds[3 : 3 + count], fds[3 + count :]
+        for fd in cgroup_fds:
+            os.write(fd, b"0")  # 0: the writer itself
+            os.close(fd)
+        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
+        os.umask(0o022)
+        _build_root(view, request, mount_fds)
+        for fd in mount_fds:
+            os.close(fd)
+        program = os.fork()
+        if program == 0:
+            os.close(ended)
+            _become_program(request, stdout, stderr, started, warm)
+        for fd in (stdout, stderr, started):
+            os.close(fd)
+        while True:
+            pid, status = os.waitpid(-1, 0)  # reaps orphans too, as an init does
+            if pid == program:
+                os.write(ended, str(status).encode())
+                break
+    except BaseException as exc:
+        os.write(ended, f"setup: {type(exc).__name__}: {exc}".encode())
+        os._exit(1)
+    os._exit(0)  # the kernel now kills what is left in the namespace
+
+
+def _serve_one(
+    sock: socket.socket,
+    fds: list[int],
+    own_pid_namespace: int,
+    view: list[list[str]],
+    warm: "pymain.Interpreter | None",
+) -> None:
+    started_r, started_w = os.pipe2(os.O_CLOEXEC)
+    ended_r, ended_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        syscalls.unshare(syscalls.CLONE_NEWPID)  # the next child is PID 1 of a new namespace
+        try:
+            init = os.fork()
+        finally:
+            if os.getpid() != 1:  # still the server (a fresh init is PID 1)
+                syscalls.setns(own_pid_namespace, syscalls.CLONE_NEWPID)
+        if init == 0:
+            os.close(started_r)
+            os.close(ended_r)
+            _run_init(fds, started_w, ended_w, view, warm)
+    finally:
+        for fd in (*fds, started_w, ended_w):
+            os.close(fd)
+    pidfd = os.pidfd_open(init)
+    try:
+        _send(sock, {"forked": True}, [pidfd])
+    finally:
+        os.close(pidfd)
+    start = _read_all(started_r)
+    _send(sock, {"start": start.decode(errors="replace")})
+    end = _read_all(ended_r)
+    _, init_status = os.waitpid(init, 0)
+    _send(sock, {"end": end.decode(errors="replace"), "init": init_status})
+
+
+def _harden() -> None:
+    """Keep only the capabilities a run's set-up needs; no core dumps, no ptrace by others."""
+    syscalls.keep_capabilities((syscalls.CAP_SYS_ADMIN, syscalls.CAP_SETUID, syscalls.CAP_SETGID))
+    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+    syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
+
+
+def serve(fd: int) -> None:
+    """Serve runs on the socket ``fd`` until the worker closes it."""
+    sock = socket.socket(fileno=fd)
+    config = json.loads(sock.recv(1 << 20))
+    _harden()
+    view: list[list[str]] = config["view"]
+    note = _preload(config["preload"]) if config["warm"] else ""
+    warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
+    if note.startswith("a preloaded module started a thread"):
+        warm = None
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # a fork must not inherit anything buffered
+    gc.collect()
+    gc.freeze()  # forks then copy fewer pages: the collector does not touch old objects
+    _send(sock, {"ready": True, "warm": warm is not None, "note": note})
+    while True:
+        try:
+            data, fds = _receive(sock)
+        except (ConnectionError, OSError):
+            return
+        if not data:
+            return  # the worker is gone
+        if data != b"run" or not fds:
+            for extra in fds:
+                os.close(extra)
+            _send(sock, {"start": "setup: malformed request"})
+            continue
+        try:
+            _serve_one(sock, fds, own_pid_namespace, view, warm)
+        except (BrokenPipeError, ConnectionError):
+            return
+        except Exception as exc:  # the server itself must go on
+            print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,307 @@
+"""The worker's side of the fork servers: starting them, sending runs, replacing the dead.
+
+A ``ForkServer`` is one server process (see ``forkserver``) and the worker's end
+of its socket. ``ForkServerPool`` keeps this process's idle servers (at most
+one per run that can be in flight) and starts one when none is idle. A server
+that cannot be started, or that dies, raises ``ForkServerLost``: the caller
+runs the command the old way (bubblewrap per run) and the pool starts a new
+server next time. Servers that keep failing to start turn the pool off, with a
+warning in the log.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chalk_worker.sandbox import forkserver, syscalls
+from chalk_worker.sandbox.bwrap import ViewEntry, render_bwrap
+
+log = logging.getLogger(__name__)
+
+SERVER_SCRIPT = Path(forkserver.__file__).resolve()
+START_TIMEOUT_S = 60.0
+"""How long a server may take to start and import its modules."""
+REPLY_TIMEOUT_S = 30.0
+"""How long a server may take to answer about a run's start (its set-up is milliseconds)."""
+STARTS_BEFORE_GIVING_UP = 3
+"""Failed starts in a row after which this process stops using fork servers."""
+
+
+class ForkServerLost(Exception):
+    """Raised when a fork server could not be started, or died or hung during a run."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What every server of a pool is made with."""
+
+    bwrap: str
+    server_view: list[ViewEntry]
+    """The server's own root (the run view, plus the server's code)."""
+    run_view: list[ViewEntry]
+    """What each run's root is built from."""
+    env: dict[str, str]
+    """The server's environment: a script's, without the per-run variables."""
+    preload: list[str]
+    """Modules to import before serving; empty for cold-only servers."""
+    warm: bool
+
+
+@dataclass
+class ServerReply:
+    """How a run went, as the server saw it."""
+
+    start: str
+    """``""`` when the program ran; else ``cold: ...``, ``exec: errno`` or ``setup: ...``."""
+    status: int | None
+    """The program's wait status; ``None`` when its init was killed first."""
+
+
+class ForkServer:
+    """One fork server process; used by one run at a time."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.warm = False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        self.sock = ours
+        argv = render_bwrap(config.bwrap, config.server_view, chdir=Path("/"))
+        argv += [sys.executable, str(SERVER_SCRIPT), str(theirs.fileno())]
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                env=config.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise ForkServerLost(f"could not start bubblewrap: {exc}") from exc
+        finally:
+            theirs.close()
+        assert self.process.stderr is not None
+        threading.Thread(
+            target=_relay_log, args=(self.process.stderr,), name="chalk-fork-server-log", daemon=True
+        ).start()
+        try:
+            ours.send(
+                _json(
+                    {
+                        "view": [list(entry) for entry in config.run_view],
+                        "preload": config.preload,
+                        "warm": config.warm,
+                    }
+                )
+            )
+            ready = self._reply(START_TIMEOUT_S)
+        except ForkServerLost:
+            self.close()
+            raise
+        self.warm = bool(ready.get("warm"))
+        if config.warm and ready.get("note"):
+            log.warning("fork server: %s", ready["note"])
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server process still runs."""
+        return self.process.poll() is None
+
+    def _reply(self, timeout_s: float) -> dict[str, Any]:
+        message, _ = self._receive(timeout_s)
+        return message
+
+    def _receive(self, timeout_s: float) -> tuple[dict[str, Any], list[int]]:
+        ready, _, _ = select.select([self.sock], [], [], max(timeout_s, 0))
+        if not ready:
+            raise ForkServerLost(f"the fork server did not answer within {timeout_s:.0f} s")
+        fds = array.array("i")
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(4 * fds.itemsize))
+        except OSError as exc:
+            raise ForkServerLost(f"the fork server's socket failed: {exc}") from exc
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+        if not data:
+            raise ForkServerLost("the fork server exited")
+        return json.loads(data), list(fds)
+
+    def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> int:
+        """Send one run (the request and its descriptors); returns a pidfd of its init.
+
+        The descriptors are the stdout and stderr pipes' write ends, the cgroup
+        files, then the detached mounts, in the request's order.
+        """
+        body = os.memfd_create("chalk-run", os.MFD_CLOEXEC)
+        try:
+            os.write(body, _json(request))
+            os.lseek(body, 0, os.SEEK_SET)
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [body, *fds]))]
+            self.sock.sendmsg([b"run"], ancillary)
+        except OSError as exc:
+            raise ForkServerLost(f"could not send the run to the fork server: {exc}") from exc
+        finally:
+            os.close(body)
+        message, pidfds = self._receive(REPLY_TIMEOUT_S)
+        if not message.get("forked") or len(pidfds) != 1:
+            for fd in pidfds:
+                os.close(fd)
+            raise ForkServerLost(f"the fork server could not start the run: {message}")
+        return pidfds[0]
+
+    def started(self) -> str:
+        """The run's start report: ``""`` once the program runs (see ``ServerReply``)."""
+        return str(self._reply(REPLY_TIMEOUT_S).get("start", "setup: no start report"))
+
+    def ended(self, timeout_s: float) -> int | None:
+        """Wait for the run's end; the program's wait status (``None``: its init was killed)."""
+        message = self._reply(timeout_s)
+        end = str(message.get("end", ""))
+        if end.startswith("setup:"):
+            raise ForkServerLost(f"the run's set-up failed: {end[6:].strip()}")
+        return int(end) if end.strip().lstrip("-").isdigit() else None
+
+    @property
+    def socket_fd(self) -> int:
+        """The socket, to wait on beside the run's pipes."""
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        """Stop the server (closing its socket ends it), or kill it if it does not stop."""
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        try:
+            self.process.wait(2)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _relay_log(stream: Any) -> None:
+    with stream:
+        for line in stream:
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                log.warning("fork server: %s", text)
+
+
+class ForkServerPool:
+    """This process's fork servers for one sandbox configuration."""
+
+    def __init__(self, config: ServerConfig, max_idle: int) -> None:
+        self.config = config
+        self.max_idle = max_idle
+        self._idle: list[ForkServer] = []
+        self._lock = threading.Lock()
+        self._failures = 0
+        self.disabled_because = ""
+        """Why this pool no longer starts servers ("" while it does)."""
+
+    @contextlib.contextmanager
+    def server(self) -> Iterator[ForkServer | None]:
+        """An idle server (started if needed) for one run, or ``None`` when servers are off.
+
+        Give it back by leaving the block; one that died is dropped, not reused.
+        """
+        server = self._take()
+        try:
+            yield server
+        finally:
+            if server is not None:
+                self._give_back(server)
+
+    def _take(self) -> ForkServer | None:
+        with self._lock:
+            if self.disabled_because:
+                return None
+            while self._idle:
+                server = self._idle.pop()
+                if server.alive:
+                    return server
+                server.close()
+        try:
+            server = ForkServer(self.config)
+        except ForkServerLost as exc:
+            with self._lock:
+                self._failures += 1
+                if self._failures >= STARTS_BEFORE_GIVING_UP and not self.disabled_because:
+                    self.disabled_because = str(exc)
+                    log.warning(
+                        "fork servers are off in this process (%s); each script now starts its "
+                        "own bubblewrap sandbox, which is slower",
+                        exc,
+                    )
+            log.warning("could not start a fork server: %s", exc)
+            return None
+        with self._lock:
+            self._failures = 0
+        return server
+
+    def _give_back(self, server: ForkServer) -> None:
+        with self._lock:
+            if server.alive and len(self._idle) < self.max_idle and not self.disabled_because:
+                self._idle.append(server)
+                return
+        server.close()
+
+    def close(self) -> None:
+        """Stop every idle server."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for server in idle:
+            server.close()
+
+
+def wait_status_code(status: int) -> int:
+    """A wait status as ``Popen.returncode`` puts it: the exit code, or minus the signal."""
+    return os.waitstatus_to_exitcode(status)
+
+
+def kill_run(pidfd: int) -> None:
+    """Kill a run's init, which ends its PID namespace and every process in it."""
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def detached_mounts(paths: Sequence[tuple[Path, bool]]) -> list[int]:
+    """Detached copies of each ``(path, read_only)``, restricted, for a run's root."""
+    fds: list[int] = []
+    try:
+        for path, readonly in paths:
+            fd = syscalls.open_tree_clone(str(path))
+            fds.append(fd)
+            syscalls.restrict_mount(fd, readonly)
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def monotonic_left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic`` based), never negative."""
+    return max(0.0, deadline - time.monotonic())
