@@ -6,23 +6,26 @@ needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``), not dumpable, with
 ``no_new_privs``. It imports the modules scripts commonly use, then serves one
 run at a time and never runs job code itself:
 
-- the server forks a **run init**, the first process of a new PID namespace.
-  The init joins the slot's cgroups, takes new mount, IPC and cgroup
-  namespaces, builds a fresh root (the server's view plus the job's submission,
-  scratch and named paths, handed over as detached mounts), and forks the
-  **program**. When the program ends the init reports its status and exits,
-  and the kernel kills whatever is left in the namespace.
-- the program becomes the command: new session, stdin ``/dev/null``, stdout and
-  stderr on the worker's pipes, working folder, umask, rlimits, the slot's uid
-  and gid with no groups and no capabilities, the user keyring emptied, then
-  either ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
+- per run, the server forks the **program**, which joins the slot's cgroups,
+  takes new mount, IPC and cgroup namespaces, builds a fresh root there (the
+  server's view plus the job's submission, scratch and named paths, handed
+  over as detached mounts, and a ``/proc`` that shows only the run's own
+  processes), and becomes the command: new session, stdin ``/dev/null``, stdout
+  and stderr on the worker's pipes, working folder, umask, rlimits, the slot's
+  uid and gid with no groups and no capabilities, the user keyring emptied;
+  then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
   interpreter's ``main`` replayed in this already-started one (a warm run,
   ``pymain``).
+- the server is the subreaper of everything the program starts. When the
+  program ends, it kills whatever is left in its PID namespace (only the run's
+  processes live there besides bubblewrap's init and the server), reaps it,
+  and reports the program's status.
 
-A run cannot reach the server: it is in another PID namespace, and the server
-is root. Each run is a new fork, so nothing one run changes in memory is seen
-by the next; the server keeps no job data (requests go straight to the init,
-in a memory file the server never reads).
+A run cannot reach the server: the server is root (no signals, no ptrace, no
+``/proc/<pid>/mem``) and not even listed in the run's ``/proc``. Each run is a
+new fork, so nothing one run changes in memory is seen by the next; the server
+keeps no job data (a request goes straight to the run's process, in a memory
+file the server never reads).
 
 Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
 
@@ -30,10 +33,10 @@ Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
    server: ``{"ready": true, "warm": ..., "note": ...}``.
 2. per run, worker: ``run`` with descriptors: the request (a memory file), the
    stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
-   server: ``forked`` with a pidfd of the run's init, then ``{"start": ...}``
+   server: ``forked`` with a pidfd of the program, then ``{"start": ...}``
    (``""`` when the program runs, ``cold: why``, ``exec: errno``,
-   ``setup: what failed``), then ``{"end": ..., "init": wait status}`` where
-   ``end`` is the program's wait status as text (empty when the init was killed).
+   ``setup: what failed``), then ``{"end": ...}``: the program's wait status
+   as text (empty when the init was killed).
 
 Standard library only, started as a script: ``python forkserver.py FD``.
 """
@@ -56,7 +59,7 @@ import types  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 STAGE = "/.chalk-run"
-"""Where the run init builds the run's root (a folder of the server's view)."""
+"""Where a run builds its root (a folder of the server's view)."""
 MAX_FDS = 64
 """Descriptors one run request may carry."""
 
@@ -129,7 +132,9 @@ def _make_mountpoint(target: str, is_dir: bool) -> None:
 
 
 def _mount_proc(target: str) -> None:
-    syscalls.mount("proc", target, "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC)
+    # Processes of other users (the server, the sandbox's init) are not even visible.
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+    syscalls.mount("proc", target, "proc", flags, "hidepid=invisible")
     for name in ("sys", "sysrq-trigger", "irq", "bus"):  # read-only, as bubblewrap leaves them
         path = f"{target}/{name}"
         if os.path.exists(path):
@@ -138,13 +143,17 @@ def _mount_proc(target: str) -> None:
                 None,
                 path,
                 None,
-                syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY | syscalls.MS_NOSUID
-                | syscalls.MS_NODEV | syscalls.MS_NOEXEC,
+                syscalls.MS_REMOUNT
+                | syscalls.MS_BIND
+                | syscalls.MS_RDONLY
+                | syscalls.MS_NOSUID
+                | syscalls.MS_NODEV
+                | syscalls.MS_NOEXEC,
             )
 
 
 def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[int]) -> None:
-    """Make the run's root at ``STAGE`` and switch to it (in the init's own mount namespace)."""
+    """Make the run's root at ``STAGE`` and switch to it (in the run's own mount namespace)."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     syscalls.mount("chalk-root", STAGE, "tmpfs", flags, "mode=0755")
@@ -165,7 +174,9 @@ def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[
             syscalls.mount("/dev", target, None, syscalls.MS_BIND | syscalls.MS_REC)
         elif kind == "tmpfs":
             _make_mountpoint(target, is_dir=True)
-            syscalls.mount("tmpfs", target, "tmpfs", flags, f"mode=0755,size={request['tmp_bytes']}")
+            syscalls.mount(
+                "tmpfs", target, "tmpfs", flags, f"mode=0755,size={request['tmp_bytes']}"
+            )
     for path, fd in zip(request["mounts"], mount_fds, strict=True):
         _make_mountpoint(STAGE + path, is_dir=stat.S_ISDIR(os.fstat(fd).st_mode))
         syscalls.attach(fd, STAGE + path)
@@ -178,10 +189,19 @@ def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[
 
 
 def _become_program(
-    request: dict[str, Any], stdout: int, stderr: int, started: int, warm: "pymain.Interpreter | None"
+    fds: list[int], started: int, view: list[list[str]], warm: "pymain.Interpreter | None"
 ) -> NoReturn:
-    """The program's process: its set-up, then the command (exec or warm). Never returns."""
+    """The run's process: its set-up, then the command (exec or warm). Never returns."""
     try:
+        with os.fdopen(fds[0], "rb") as body:
+            request = json.loads(body.read())
+        count = request["cgroups"]
+        stdout, stderr = fds[1], fds[2]
+        for fd in fds[3 : 3 + count]:
+            os.write(fd, b"0")  # 0: the writer itself; its children follow
+        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
+        os.umask(0o022)
+        _build_root(view, request, fds[3 + count :])
         os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
@@ -194,7 +214,7 @@ def _become_program(
         uid, gid = request["uid"], request["gid"]
         os.setgroups([])
         os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # every capability goes with root
         syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: the run may read its /proc
         syscalls.clear_user_keyring()
         env = [(str(k), str(v)) for k, v in request["env"]]
@@ -226,87 +246,71 @@ def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -
         if isinstance(source, str):
             return source
     folder = pymain.first_path_entry(command)
-    shadow = pymain.shadowed_module(folder, warm.preloaded())
+    shadow = pymain.shadowed_module(folder, warm.preloaded)
     if shadow is not None:
         return f"{os.path.join(folder, shadow)} would be imported instead of a preloaded module"
     return ""
 
 
-def _run_init(
-    fds: list[int], started: int, ended: int, view: list[list[str]], warm: "pymain.Interpreter | None"
-) -> NoReturn:
-    """The run's init (PID 1 of its namespace): set up, start the program, report its end."""
+def _reap_until(program: int) -> int:
+    """Reap children (the run's orphans come to this subreaper) until ``program`` ends."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == program:
+            return status
+
+
+def _kill_leftovers() -> None:
+    """Kill and reap every process the run left: all of this PID namespace but init and us."""
     try:
-        with os.fdopen(fds[0], "rb") as body:
-            request = json.loads(body.read())
-        count = request["cgroups"]
-        stdout, stderr = fds[1], fds[2]
-        cgroup_fds, mount_fds = fds[3 : 3 + count], fds[3 + count :]
-        for fd in cgroup_fds:
-            os.write(fd, b"0")  # 0: the writer itself
-            os.close(fd)
-        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
-        os.umask(0o022)
-        _build_root(view, request, mount_fds)
-        for fd in mount_fds:
-            os.close(fd)
-        program = os.fork()
-        if program == 0:
-            os.close(ended)
-            _become_program(request, stdout, stderr, started, warm)
-        for fd in (stdout, stderr, started):
-            os.close(fd)
-        while True:
-            pid, status = os.waitpid(-1, 0)  # reaps orphans too, as an init does
-            if pid == program:
-                os.write(ended, str(status).encode())
-                break
-    except BaseException as exc:
-        os.write(ended, f"setup: {type(exc).__name__}: {exc}".encode())
-        os._exit(1)
-    os._exit(0)  # the kernel now kills what is left in the namespace
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        return  # nothing was left
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _serve_one(
-    sock: socket.socket,
-    fds: list[int],
-    own_pid_namespace: int,
-    view: list[list[str]],
-    warm: "pymain.Interpreter | None",
+    sock: socket.socket, fds: list[int], view: list[list[str]], warm: "pymain.Interpreter | None"
 ) -> None:
     started_r, started_w = os.pipe2(os.O_CLOEXEC)
-    ended_r, ended_w = os.pipe2(os.O_CLOEXEC)
     try:
-        syscalls.unshare(syscalls.CLONE_NEWPID)  # the next child is PID 1 of a new namespace
-        try:
-            init = os.fork()
-        finally:
-            if os.getpid() != 1:  # still the server (a fresh init is PID 1)
-                syscalls.setns(own_pid_namespace, syscalls.CLONE_NEWPID)
-        if init == 0:
+        program = os.fork()
+        if program == 0:
             os.close(started_r)
-            os.close(ended_r)
-            _run_init(fds, started_w, ended_w, view, warm)
+            _become_program(fds, started_w, view, warm)
     finally:
-        for fd in (*fds, started_w, ended_w):
+        for fd in (*fds, started_w):
             os.close(fd)
-    pidfd = os.pidfd_open(init)
+    pidfd = os.pidfd_open(program)
     try:
         _send(sock, {"forked": True}, [pidfd])
     finally:
         os.close(pidfd)
     start = _read_all(started_r)
     _send(sock, {"start": start.decode(errors="replace")})
-    end = _read_all(ended_r)
-    _, init_status = os.waitpid(init, 0)
-    _send(sock, {"end": end.decode(errors="replace"), "init": init_status})
+    status = _reap_until(program)
+    _kill_leftovers()
+    _send(sock, {"end": str(status)})
 
 
 def _harden() -> None:
-    """Keep only the capabilities a run's set-up needs; no core dumps, no ptrace by others."""
-    syscalls.keep_capabilities((syscalls.CAP_SYS_ADMIN, syscalls.CAP_SETUID, syscalls.CAP_SETGID))
+    """Keep only the capabilities runs need; not dumpable; the run's orphans come here."""
+    syscalls.keep_capabilities(
+        (
+            syscalls.CAP_KILL,
+            syscalls.CAP_SETGID,
+            syscalls.CAP_SETUID,
+            syscalls.CAP_SYS_ADMIN,
+            syscalls.CAP_SYS_RESOURCE,
+        )
+    )
     syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
+    syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
 
 
 def serve(fd: int) -> None:
@@ -319,7 +323,6 @@ def serve(fd: int) -> None:
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
         warm = None
-    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a fork must not inherit anything buffered
     gc.collect()
@@ -338,7 +341,7 @@ def serve(fd: int) -> None:
             _send(sock, {"start": "setup: malformed request"})
             continue
         try:
-            _serve_one(sock, fds, own_pid_namespace, view, warm)
+            _serve_one(sock, fds, view, warm)
         except (BrokenPipeError, ConnectionError):
             return
         except Exception as exc:  # the server itself must go on

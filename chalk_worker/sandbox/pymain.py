@@ -19,6 +19,7 @@ path.
 """
 
 import atexit
+import contextlib
 import importlib.machinery
 import importlib.util
 import io
@@ -155,15 +156,15 @@ class StdioShape:
                 )
             )
 
-    def make(self) -> list[io.TextIOWrapper]:
+    def make(self) -> list[Any]:
         """New ``sys.stdin``, ``stdout`` and ``stderr`` on descriptors 0, 1 and 2."""
-        made = []
+        made: list[Any] = []
         for fd, name, mode in ((0, "<stdin>", "r"), (1, "<stdout>", "w"), (2, "<stderr>", "w")):
             encoding, errors, line_buffering, write_through = self.streams[fd]
-            buffer = io.open(fd, mode + "b", -1, closefd=False)  # noqa: SIM115
-            buffer.raw.name = name  # type: ignore[union-attr]
+            buffer: Any = open(fd, mode + "b", -1, closefd=False)  # noqa: SIM115
+            buffer.raw.name = name
             stream = io.TextIOWrapper(
-                buffer,  # type: ignore[arg-type]
+                buffer,
                 encoding=encoding,
                 errors=errors,
                 newline="\n",
@@ -186,12 +187,12 @@ class Interpreter:
         """Modules every interpreter has before running anything (``-c pass``)."""
         self.stdio = StdioShape()
         self.kept: list[Any] = []
-
-    def preloaded(self) -> frozenset[str]:
-        """Top-level names of the modules imported since start (those a folder could shadow)."""
-        return frozenset(
-            name.partition(".")[0] for name in sys.modules if name not in self.startup_modules
+        self.preloaded = frozenset(
+            name.partition(".")[0] for name in sys.modules if name not in startup_modules
         )
+        """Top-level names of the modules imported since start (those a folder could shadow).
+
+        Make the ``Interpreter`` once everything is imported."""
 
     def run_main(
         self, argv: list[str], command: PythonCommand, env: list[tuple[str, str]]
@@ -234,9 +235,9 @@ class Interpreter:
 
     def _fresh_main(self) -> types.ModuleType:
         main = types.ModuleType("__main__")
-        main.__dict__["__annotations__"] = {}
+        main.__annotations__ = {}
         main.__dict__["__builtins__"] = sys.modules["builtins"]
-        main.__loader__ = importlib.machinery.BuiltinImporter  # type: ignore[assignment]
+        main.__loader__ = importlib.machinery.BuiltinImporter
         self.kept.append(sys.modules.get("__main__"))
         sys.modules["__main__"] = main
         return main
@@ -267,11 +268,9 @@ def _run(command: PythonCommand, main: types.ModuleType) -> None:
 
 def _flush_quietly() -> None:
     for stream in (sys.stderr, sys.stdout):
-        try:
+        with contextlib.suppress(Exception):  # as the interpreter's own flush_io()
             if stream is not None:
                 stream.flush()
-        except Exception:  # noqa: S110 - as the interpreter's own flush_io()
-            pass
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -284,10 +283,8 @@ def _exit_status(exc: SystemExit) -> int:
             return -1  # PyLong_AsLong overflows
         low = code & 0xFFFFFFFF
         return low - 2**32 if low >= 2**31 else low  # the C cast to int
-    try:
+    with contextlib.suppress(Exception):  # nothing more to say it with
         sys.stderr.write(str(code) + "\n")
-    except Exception:  # noqa: S110 - nothing more to say it with
-        pass
     return 1
 
 
@@ -324,10 +321,8 @@ def _finish(status: int, interrupted: bool) -> NoReturn:
     """``Py_FinalizeEx`` as far as a program sees it, then exit with ``status``."""
     threading = sys.modules.get("threading")
     if threading is not None:
-        try:
-            threading._shutdown()  # type: ignore[attr-defined]
-        except BaseException:  # noqa: S110 - as wait_for_thread_shutdown()
-            pass
+        with contextlib.suppress(BaseException):  # as wait_for_thread_shutdown()
+            threading._shutdown()
     atexit._run_exitfuncs()
     if not _flush_at_exit():
         status = _FINAL_CODE_CHANGED
@@ -348,7 +343,7 @@ def _flush_at_exit() -> bool:
             try:
                 sys.stderr.write(f"Exception ignored in: {stdout!r}\n")
                 sys.__excepthook__(type(exc), exc, exc.__traceback__)
-            except Exception:  # noqa: S110 - stderr is gone too
+            except Exception:  # stderr is gone too
                 pass
     if stderr is not None and not getattr(stderr, "closed", True):
         try:

@@ -14,8 +14,10 @@ import contextlib
 import os
 import resource
 import select
+import signal
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,36 +57,39 @@ def _current_umask() -> int:
     return mask
 
 
-def run_served(
-    server: ForkServer,
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: dict[str, str],
-    limits: ProcessLimits,
-    slot: Slot,
-    cgroups: SlotCgroups | None,
-    mounts: Sequence[tuple[Path, bool]],
-    python: PythonCommand | None,
-) -> ProcessOutcome | None:
-    """Run ``argv`` on ``server`` in ``slot``; ``None`` when the warm path refused it.
+@dataclass(frozen=True)
+class RunSpec:
+    """One command to run in a slot, and what it may see."""
 
-    ``mounts`` are the run's own paths, ``(path, read_only)``: the submission,
-    the scratch folder, the paths the command names.
-    """
+    argv: Sequence[str]
+    cwd: Path
+    env: dict[str, str]
+    limits: ProcessLimits
+    slot: Slot
+    cgroups: SlotCgroups | None
+    mounts: Sequence[tuple[Path, bool]]
+    """The run's own paths, ``(path, read_only)``: the submission, the scratch folder,
+    the paths the command names."""
+
+
+def run_served(
+    server: ForkServer, spec: RunSpec, python: PythonCommand | None
+) -> ProcessOutcome | None:
+    """Run ``spec`` on ``server`` (warm when ``python`` is given); ``None`` if refused warm."""
     started = time.monotonic()
+    argv, cwd, limits, cgroups = spec.argv, spec.cwd, spec.limits, spec.cgroups
     present = sorted(
-        ((path, readonly) for path, readonly in mounts if path.exists()),
+        ((path, readonly) for path, readonly in spec.mounts if path.exists()),
         key=lambda item: len(item[0].parts),
     )
     request: dict[str, Any] = {
         "argv": list(argv),
         # bubblewrap's --chdir sets PWD for the cold run; so does this.
-        "env": [*env.items(), ("PWD", str(cwd))],
+        "env": [*spec.env.items(), ("PWD", str(cwd))],
         "cwd": str(cwd),
         "umask": _current_umask(),
-        "uid": slot.uid,
-        "gid": slot.gid,
+        "uid": spec.slot.uid,
+        "gid": spec.slot.gid,
         "rlimits": _rlimits(limits),
         "tmp_bytes": limits.file_size_bytes,
         "mounts": [str(path) for path, _ in present],
@@ -136,8 +141,7 @@ def run_served(
             started="forked",
         )
     return ProcessOutcome(
-        # No status: the run's init was killed (at the time limit, or for memory).
-        returncode=wait_status_code(status) if status is not None else -9,
+        returncode=wait_status_code(status) if status is not None else -signal.SIGKILL,
         timed_out=timed_out,
         stdout=watch.out.text(),
         stderr=watch.err.text(),

@@ -69,7 +69,7 @@ class ServerReply:
     start: str
     """``""`` when the program ran; else ``cold: ...``, ``exec: errno`` or ``setup: ...``."""
     status: int | None
-    """The program's wait status; ``None`` when its init was killed first."""
+    """The program's wait status."""
 
 
 class ForkServer:
@@ -100,7 +100,10 @@ class ForkServer:
             theirs.close()
         assert self.process.stderr is not None
         threading.Thread(
-            target=_relay_log, args=(self.process.stderr,), name="chalk-fork-server-log", daemon=True
+            target=_relay_log,
+            args=(self.process.stderr,),
+            name="chalk-fork-server-log",
+            daemon=True,
         ).start()
         try:
             ours.send(
@@ -146,7 +149,7 @@ class ForkServer:
         return json.loads(data), list(fds)
 
     def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> int:
-        """Send one run (the request and its descriptors); returns a pidfd of its init.
+        """Send one run (the request and its descriptors); returns a pidfd of its program.
 
         The descriptors are the stdout and stderr pipes' write ends, the cgroup
         files, then the detached mounts, in the request's order.
@@ -173,7 +176,7 @@ class ForkServer:
         return str(self._reply(REPLY_TIMEOUT_S).get("start", "setup: no start report"))
 
     def ended(self, timeout_s: float) -> int | None:
-        """Wait for the run's end; the program's wait status (``None``: its init was killed)."""
+        """Wait for the run's end (nothing of it left); the program's wait status."""
         message = self._reply(timeout_s)
         end = str(message.get("end", ""))
         if end.startswith("setup:"):
@@ -225,11 +228,17 @@ class ForkServerPool:
     def server(self) -> Iterator[ForkServer | None]:
         """An idle server (started if needed) for one run, or ``None`` when servers are off.
 
-        Give it back by leaving the block; one that died is dropped, not reused.
+        Give it back by leaving the block; one that died, or that raised
+        ``ForkServerLost`` out of the block, is stopped, not reused.
         """
         server = self._take()
         try:
             yield server
+        except ForkServerLost:
+            if server is not None:
+                server.close()
+                server = None
+            raise
         finally:
             if server is not None:
                 self._give_back(server)
@@ -282,7 +291,7 @@ def wait_status_code(status: int) -> int:
 
 
 def kill_run(pidfd: int) -> None:
-    """Kill a run's init, which ends its PID namespace and every process in it."""
+    """Kill a run's program; its server then kills whatever else the run started."""
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 

@@ -49,7 +49,7 @@ from chalk_worker.sandbox.process import (
     wait_exit,
 )
 from chalk_worker.sandbox.pymain import PythonCommand
-from chalk_worker.sandbox.served import run_served
+from chalk_worker.sandbox.served import RunSpec, run_served
 from chalk_worker.sandbox.servers import (
     SERVER_SCRIPT,
     ForkServerLost,
@@ -108,49 +108,46 @@ class SandboxSession:
                 start_error=f"could not start {argv[0]!r}: not found or not executable",
             )
         env = {**env, TOKEN_VARIABLE: os.urandom(12).hex()}
-        servers = self.sandbox.servers() if self.slot is not None else None
-        if servers is not None and self.slot is not None:
-            with servers.server() as server:
-                if server is not None:
-                    mounts = [(path, True) for path in readonly] + [(self.scratch, False)]
-                    cgroups = self.sandbox.cgroups_for(self.slot)
-                    try:
-                        outcome = run_served(
-                            server,
-                            argv,
-                            cwd=cwd,
-                            env=env,
-                            limits=limits,
-                            slot=self.slot,
-                            cgroups=cgroups,
-                            mounts=mounts,
-                            python=python if server.warm else None,
-                        )
-                        if outcome is None:  # the warm path refused it: a cold run
-                            outcome = run_served(
-                                server,
-                                argv,
-                                cwd=cwd,
-                                env=env,
-                                limits=limits,
-                                slot=self.slot,
-                                cgroups=cgroups,
-                                mounts=mounts,
-                                python=None,
-                            )
-                        if outcome is not None:
-                            self._kill_everything(0, cgroups, self.slot.uid, "")
-                            return outcome
-                    except ForkServerLost as exc:
-                        log.warning(
-                            "a fork server failed during a run (%s); the run starts again in a "
-                            "sandbox of its own",
-                            exc,
-                        )
-                        server.close()
-                        self._kill_everything(0, cgroups, self.slot.uid, "")
-                        self._clear_scratch()
+        if self.slot is not None:
+            spec = RunSpec(
+                argv=argv,
+                cwd=cwd,
+                env=env,
+                limits=limits,
+                slot=self.slot,
+                cgroups=self.sandbox.cgroups_for(self.slot),
+                mounts=[*((path, True) for path in readonly), (self.scratch, False)],
+            )
+            try:
+                outcome = self._run_served(spec, python)
+            except ForkServerLost as exc:
+                log.warning(
+                    "a fork server failed during a run (%s); the run starts again in a sandbox "
+                    "of its own",
+                    exc,
+                )
+                self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                self._clear_scratch()
+            else:
+                if outcome is not None:
+                    self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                    return outcome
         return self._run_direct(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+
+    def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
+        """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""
+        warm = self.sandbox.warm_servers() if python is not None else None
+        if warm is not None:
+            with warm.server() as server:
+                if server is not None:
+                    outcome = run_served(server, spec, python)
+                    if outcome is not None:
+                        return outcome  # else the warm path refused it: a cold run
+        cold = self.sandbox.cold_servers()
+        if cold is None:
+            return None
+        with cold.server() as server:
+            return run_served(server, spec, None) if server is not None else None
 
     def _clear_scratch(self) -> None:
         """Empty ``home/`` and ``output/`` for a fresh attempt."""
@@ -300,23 +297,35 @@ class Sandbox:
         self._cgroups: dict[int, SlotCgroups] = {}
         self._lock = threading.Lock()
         self._can_mount = self.layers.root
-        self._servers: ForkServerPool | None = None
-        self._servers_checked = False
+        self._servers: dict[bool, ForkServerPool | None] = {}
+        self._servers_off: str | None = None
         atexit.register(self.close)
 
-    def servers(self) -> ForkServerPool | None:
-        """This process's fork servers, or ``None`` where the machine cannot run them.
+    def warm_servers(self) -> ForkServerPool | None:
+        """This process's warm fork servers (modules imported), or ``None`` where off."""
+        if not self.settings.warm_python:
+            return None
+        return self._server_pool(warm=True)
 
-        They need what the fork server's runs use: root, bubblewrap, per-slot
-        users and the mount API of Linux 5.12 (detached mounts).
-        """
+    def cold_servers(self) -> ForkServerPool | None:
+        """This process's fork servers for cold runs, or ``None`` where the machine has none."""
+        return self._server_pool(warm=False)
+
+    def _server_pool(self, warm: bool) -> ForkServerPool | None:
+        """They need what the fork server's runs use: root, bubblewrap, per-slot users and
+        the mount API of Linux 5.12 (detached mounts)."""
         with self._lock:
-            if self._servers_checked:
-                return self._servers
-            self._servers_checked = True
-            why_not = self._why_no_servers()
-            if why_not:
-                log.info("fork servers are off: %s; each script starts its own sandbox", why_not)
+            if warm in self._servers:
+                return self._servers[warm]
+            if self._servers_off is None:
+                self._servers_off = self._why_no_servers()
+                if self._servers_off:
+                    log.info(
+                        "fork servers are off: %s; each script starts its own sandbox",
+                        self._servers_off,
+                    )
+            if self._servers_off:
+                self._servers[warm] = None
                 return None
             assert self.layers.bwrap is not None
             roots = self.readonly_roots
@@ -329,11 +338,12 @@ class Sandbox:
                 server_view=[*server_view, ("dir", STAGE, "")],
                 run_view=run_view,
                 env=script_env(Path("/"), isolated=True),
-                preload=preload_modules() if self.settings.warm_python else [],
-                warm=self.settings.warm_python,
+                preload=preload_modules() if warm else [],
+                warm=warm,
             )
-            self._servers = ForkServerPool(config, max_idle=os.cpu_count() or 1)
-            return self._servers
+            pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
+            self._servers[warm] = pool
+            return pool
 
     def _why_no_servers(self) -> str:
         if not (self.layers.root and self.layers.bwrap and self.pool is not None):
@@ -350,8 +360,9 @@ class Sandbox:
         Other Chalk processes on the machine share the slots: a slot another process
         holds is left alone (it makes its groups again when they are missing anyway).
         """
-        if self._servers is not None:
-            self._servers.close()
+        for pool in list(self._servers.values()):
+            if pool is not None:
+                pool.close()
         with self._lock:
             for number, cgroups in self._cgroups.items():
                 if self.pool is None:

@@ -1,7 +1,7 @@
 """The Linux calls the sandbox makes that Python's ``os`` module does not offer.
 
 Mount API calls (``open_tree``, ``move_mount``, ``mount_setattr``, Linux 5.12+),
-namespaces (``unshare``, ``setns``), ``pivot_root``, ``close_range``,
+namespaces (``unshare``), ``pivot_root``, ``close_range``,
 capabilities and ``prctl``, through ``ctypes``. Standard library only: the fork
 server loads this file by its path, without the ``chalk_worker`` package (whose
 imports a sandboxed interpreter must not carry).
@@ -45,17 +45,19 @@ MNT_DETACH = 0x2
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWIPC = 0x08000000
-CLONE_NEWPID = 0x20000000
 
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 
+CAP_KILL = 5
 CAP_SETGID = 6
 CAP_SETUID = 7
 CAP_SYS_ADMIN = 21
+CAP_SYS_RESOURCE = 24
 
 KEYCTL_CLEAR = 7
 KEY_SPEC_USER_KEYRING = -4
@@ -140,13 +142,8 @@ def umount(target: str) -> None:
 
 
 def unshare(flags: int) -> None:
-    """``unshare(2)``: new namespaces for this process (or, for PID, its next child)."""
+    """``unshare(2)``: new namespaces for this process."""
     _check(_libc.unshare(flags), "unshare")
-
-
-def setns(fd: int, kind: int) -> None:
-    """``setns(2)``: join the namespace ``fd`` refers to."""
-    _check(_libc.setns(fd, kind), "setns")
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
@@ -166,20 +163,30 @@ def prctl(option: int, value: int) -> None:
     _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
 
 
+def _permitted() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapPrm:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
 def keep_capabilities(keep: tuple[int, ...]) -> None:
-    """Drop every capability but ``keep`` (effective and permitted), empty the others.
+    """Drop every capability but those of ``keep`` this process has; empty the other sets.
 
     The bounding set is emptied first (this process never executes a program
     with its privileges), inheritable and ambient sets are cleared, so no
     program started later can gain a capability back.
     """
+    permitted = _permitted()
     cap = 0
     while _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
         cap += 1
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     masks = [0, 0]
     for number in keep:
-        masks[number // 32] |= 1 << (number % 32)
+        if permitted >> number & 1:
+            masks[number // 32] |= 1 << (number % 32)
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)(*(_CapData(mask, mask, 0) for mask in masks))
     _check(_libc.capset(ctypes.byref(header), data), "capset")
