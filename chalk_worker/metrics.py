@@ -71,6 +71,12 @@ SANDBOX_RUNS = Counter(
     "out_of_memory, signal (killed by a signal), not_started.",
     ["outcome"],
 )
+SANDBOX_STARTS = Counter(
+    "chalk_sandbox_starts",
+    "Scoring scripts by how they started: warm (a {python} script forked from an interpreter "
+    "already started), forked (executed from a fork server), direct (a sandbox of its own).",
+    ["how"],
+)
 SANDBOX_TIMEOUTS = Counter(
     "chalk_sandbox_timeouts", "Scoring scripts killed at their wall-clock limit."
 )
@@ -167,6 +173,7 @@ def sandbox_run(outcome: ProcessOutcome) -> None:
     else:
         kind = "exited"
     SANDBOX_RUNS.labels(outcome=kind).inc()
+    SANDBOX_STARTS.labels(how=outcome.started).inc()
     if outcome.leftovers_killed:
         SANDBOX_KILLS.labels(reason="leftover").inc(outcome.leftovers_killed)
 

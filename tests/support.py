@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
+
 from chalk_client import Message, Transcript
+
+STARTED_MARKER = "chalk-test: started "
+"""What a test script prints to stderr first, then ``warm`` or ``cold``."""
+WARM_PROBE = (
+    "import sys as _sys\n"
+    f"print({STARTED_MARKER!r} + ('warm' if 'runpy' in _sys.modules else 'cold'), "
+    "file=_sys.stderr, flush=True)\n"
+)
+"""A script's first lines: say how it started (a cold ``python script.py`` has no ``runpy``)."""
 
 
 def say(*texts: str) -> Transcript:
     """A transcript in which the assistant said each text, in order."""
     return Transcript(messages=[Message(role="assistant", content=text) for text in texts])
+
+
+def starts(how: str) -> float:
+    """Scripts started so far in this process by ``how`` (``warm``, ``forked``, ``direct``)."""
+    return REGISTRY.get_sample_value("chalk_sandbox_starts_total", {"how": how}) or 0.0

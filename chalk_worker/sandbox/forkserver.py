@@ -10,7 +10,7 @@ run at a time and never runs job code itself:
   takes new mount, IPC and cgroup namespaces, builds a fresh root there (the
   server's view plus the job's submission, scratch and named paths, handed
   over as detached mounts, and a ``/proc`` that shows only the run's own
-  processes), and becomes the command: new session, stdin ``/dev/null``, stdout
+  processes), and becomes the command: stdin ``/dev/null``, stdout
   and stderr on the worker's pipes, working folder, umask, rlimits, the slot's
   uid and gid with no groups and no capabilities, the user keyring emptied;
   then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
@@ -156,7 +156,9 @@ def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[
     """Make the run's root at ``STAGE`` and switch to it (in the run's own mount namespace)."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-    syscalls.mount("chalk-root", STAGE, "tmpfs", flags, "mode=0755")
+    syscalls.mount("tmpfs", STAGE, "tmpfs", flags)
+    os.chmod(STAGE, 0o755)
+    bound: list[str] = []
     for kind, path, detail in view:
         target = STAGE + path
         if kind == "symlink":
@@ -164,8 +166,11 @@ def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[
         elif kind == "dir":
             _make_mountpoint(target, is_dir=True)
         elif kind in ("ro", "rw"):
+            if any(path.startswith(f"{done}/") for done in bound):
+                continue  # came with the recursive bind of a folder above it
             _make_mountpoint(target, is_dir=os.path.isdir(path))
             syscalls.mount(path, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+            bound.append(path)
         elif kind == "proc":
             _make_mountpoint(target, is_dir=True)
             _mount_proc(target)
@@ -202,7 +207,6 @@ def _become_program(
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
         os.umask(0o022)
         _build_root(view, request, fds[3 + count :])
-        os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(stdout, 1)
