@@ -327,6 +327,9 @@ def serve(fd: int) -> None:
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
         warm = None
+    if warm is not None and warm.recursion.address is None:
+        note = "this Python's recursion counter was not found: runs would recurse less deep"
+        warm = None
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # a fork must not inherit anything buffered
     gc.collect()

@@ -23,6 +23,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import io
+import operator
 import os
 import signal
 import site
@@ -36,6 +37,7 @@ MAX_ARGUMENT_BYTES = 128 * 1024
 
 _FINAL_CODE_CHANGED = 120
 """The status of an interpreter whose standard streams could not be flushed at exit."""
+_MISSING = object()
 
 
 class PythonCommand:
@@ -176,6 +178,57 @@ class StdioShape:
         return made
 
 
+class RecursionBudget:
+    """The calls left before ``RecursionError``, as this interpreter counts them.
+
+    A warm program runs below the fork server's own frames; without this it
+    would hit the recursion limit a few calls earlier than the cold one (a
+    deep but legal recursion would fail). CPython keeps the count in the
+    thread state (``recursion_remaining`` in 3.11), beside the limit; the field
+    is found once by setting the limit to a probe value and looking for it.
+    """
+
+    def __init__(self) -> None:
+        self.address: int | None = None
+        try:
+            self.address = self._find()
+        except (AttributeError, OSError, ValueError):
+            self.address = None
+
+    @staticmethod
+    def _find() -> int | None:
+        import ctypes
+
+        get_state = ctypes.pythonapi.PyThreadState_Get
+        get_state.restype = ctypes.c_void_p
+        state = get_state()
+        if not state:
+            return None
+        limit = sys.getrecursionlimit()
+        probe = limit + 4711
+        sys.setrecursionlimit(probe)
+        try:
+            fields = (ctypes.c_int * 32).from_address(state)
+            for index in range(1, 32):
+                if fields[index] == probe and 0 < fields[index - 1] < probe:
+                    return int(state) + 4 * (index - 1)
+        finally:
+            sys.setrecursionlimit(limit)
+        return None
+
+    def start_afresh(self) -> None:
+        """Count as the cold interpreter does when it starts its program: no call made yet.
+
+        Call it from the frame that then runs the program (checked against the
+        cold interpreter by the tests, to the call).
+        """
+        if self.address is None:
+            return
+        import ctypes
+
+        ctypes.c_int.from_address(self.address).value = sys.getrecursionlimit()
+
+
 class Interpreter:
     """The state a fresh interpreter would start with, recorded when the server started."""
 
@@ -186,6 +239,7 @@ class Interpreter:
         self.startup_modules = startup_modules
         """Modules every interpreter has before running anything (``-c pass``)."""
         self.stdio = StdioShape()
+        self.recursion = RecursionBudget()
         self.kept: list[Any] = []
         self.preloaded = frozenset(
             name.partition(".")[0] for name in sys.modules if name not in startup_modules
@@ -202,20 +256,20 @@ class Interpreter:
         os.environ.update(env)
         self._fresh_sys(argv, command)
         main = self._fresh_main()
+        ended: BaseException | None = None
         try:
-            _run(command, main)
-        except SystemExit as exc:
-            # Py_Exit from inside PyErr_Print: __file__ is still there for atexit callbacks.
-            _finish(_exit_status(exc), interrupted=False)
+            _run(command, main, self.recursion)
         except BaseException as exc:
-            status = _print_uncaught(exc)
-            interrupted = isinstance(exc, KeyboardInterrupt)
-        else:
-            status, interrupted = 0, False
+            ended = exc
+        # Out of the except block: as in C, nothing counts as being handled any more.
+        if isinstance(ended, SystemExit):
+            # Py_Exit from inside PyErr_Print: __file__ is still there for atexit callbacks.
+            _finish(_exit_status(ended), interrupted=False)
+        status = 0 if ended is None else _print_uncaught(ended)
         if command.kind == "script":
             main.__dict__.pop("__file__", None)
             main.__dict__.pop("__cached__", None)
-        _finish(status, interrupted)
+        _finish(status, interrupted=isinstance(ended, KeyboardInterrupt))
 
     def _fresh_sys(self, argv: list[str], command: PythonCommand) -> None:
         sys.argv = ["-c" if command.kind == "code" else "-m", *command.args]
@@ -243,24 +297,30 @@ class Interpreter:
         return main
 
 
-def _run(command: PythonCommand, main: types.ModuleType) -> None:
+def _run(command: PythonCommand, main: types.ModuleType, recursion: RecursionBudget) -> None:
     """Run the program in ``main`` (its frame is left out of tracebacks)."""
     if command.kind == "module":
         import runpy
 
-        runpy._run_module_as_main(command.target, alter_argv=True)  # type: ignore[attr-defined]
+        recursion.start_afresh()
+        # Called through C, as the cold interpreter calls it: that counts one call more.
+        operator.call(runpy._run_module_as_main, command.target, True)  # type: ignore[attr-defined]
         return
     if command.kind == "code":
         code = compile(command.target, "<string>", "exec", dont_inherit=True)
+        recursion.start_afresh()
         exec(code, main.__dict__)
         return
     source = read_script(command.target)
     assert isinstance(source, bytes)  # checked before the run started
-    main.__dict__["__file__"] = command.target
+    # Made absolute as the interpreter's config does it (joined, not normalised).
+    path = os.path.join(os.getcwd(), command.target)
+    main.__dict__["__file__"] = path
     main.__dict__["__cached__"] = None
-    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", command.target)
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
     try:
-        code = compile(source, command.target, "exec", dont_inherit=True)
+        code = compile(source, path, "exec", dont_inherit=True)
+        recursion.start_afresh()
         exec(code, main.__dict__)
     finally:
         _flush_quietly()
@@ -300,8 +360,8 @@ def _print_uncaught(exc: BaseException) -> int:
     """``PyErr_Print``: ``sys.last_*``, then ``sys.excepthook``; the status is 1."""
     tb = _strip_own_frames(exc)
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
-    hook = getattr(sys, "excepthook", None)
-    if hook is None:
+    hook: Any = getattr(sys, "excepthook", _MISSING)
+    if hook is _MISSING:
         sys.stderr.write("sys.excepthook is missing\n")
         sys.__excepthook__(type(exc), exc, tb)
         return 1
@@ -311,7 +371,7 @@ def _print_uncaught(exc: BaseException) -> int:
         _finish(_exit_status(inner), interrupted=False)
     except BaseException as broken:
         sys.stderr.write("Error in sys.excepthook:\n")
-        sys.__excepthook__(type(broken), broken, broken.__traceback__)
+        sys.__excepthook__(type(broken), broken, _strip_own_frames(broken))
         sys.stderr.write("\nOriginal exception was:\n")
         sys.__excepthook__(type(exc), exc, tb)
     return 1
@@ -353,4 +413,4 @@ def _flush_at_exit() -> bool:
     return ok
 
 
-_OWN_CODE = frozenset({_run.__code__, Interpreter.run_main.__code__})
+_OWN_CODE = frozenset({_run.__code__, Interpreter.run_main.__code__, _print_uncaught.__code__})

@@ -221,6 +221,8 @@ class ForkServerPool:
         self._idle: list[ForkServer] = []
         self._lock = threading.Lock()
         self._failures = 0
+        self.started = 0
+        """Servers this pool started so far (a replaced one counts again)."""
         self.disabled_because = ""
         """Why this pool no longer starts servers ("" while it does)."""
 
@@ -268,6 +270,7 @@ class ForkServerPool:
             return None
         with self._lock:
             self._failures = 0
+            self.started += 1
         return server
 
     def _give_back(self, server: ForkServer) -> None:

@@ -84,6 +84,16 @@ class _CapData(ctypes.Structure):
     ]
 
 
+def _syscall(number: int, *args: object) -> int:
+    """``syscall(2)`` with every integer passed as a C ``long``.
+
+    ``syscall`` is variadic: a Python ``int`` would go as a 32-bit ``int`` and
+    leave the upper half of a 64-bit argument undefined (a ``size_t``, flags).
+    """
+    converted = [ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args]
+    return int(_libc.syscall(ctypes.c_long(number), *converted))
+
+
 def _check(result: int, what: str) -> int:
     if result < 0:
         errno = ctypes.get_errno()
@@ -94,7 +104,7 @@ def _check(result: int, what: str) -> int:
 def open_tree_clone(path: str) -> int:
     """A detached copy of the mount tree at ``path`` (a file descriptor), for ``attach``."""
     flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE
-    return _check(_libc.syscall(_OPEN_TREE, AT_FDCWD, path.encode(), flags), f"open_tree {path}")
+    return _check(_syscall(_OPEN_TREE, AT_FDCWD, path.encode(), flags), f"open_tree {path}")
 
 
 def restrict_mount(fd: int, readonly: bool) -> None:
@@ -102,7 +112,7 @@ def restrict_mount(fd: int, readonly: bool) -> None:
     flags = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if readonly else 0)
     attr = _MountAttr(flags, 0, 0, 0)
     _check(
-        _libc.syscall(
+        _syscall(
             _MOUNT_SETATTR,
             fd,
             b"",
@@ -117,7 +127,7 @@ def restrict_mount(fd: int, readonly: bool) -> None:
 def attach(fd: int, target: str) -> None:
     """Mount the detached tree ``fd`` (from ``open_tree_clone``) at ``target``."""
     _check(
-        _libc.syscall(_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+        _syscall(_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
         f"move_mount to {target}",
     )
 
@@ -150,17 +160,18 @@ def pivot_root(new_root: str, put_old: str) -> None:
     """``pivot_root(2)``."""
     if _PIVOT_ROOT is None:
         raise OSError(0, f"pivot_root: unknown call number on {_MACHINE}")
-    _check(_libc.syscall(_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
+    _check(_syscall(_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
 
 
 def cloexec_from(first: int) -> None:
     """Mark every descriptor from ``first`` up close-on-exec (``close_range``)."""
-    _check(_libc.syscall(_CLOSE_RANGE, first, 0xFFFFFFFF, CLOSE_RANGE_CLOEXEC), "close_range")
+    _check(_syscall(_CLOSE_RANGE, first, 0xFFFFFFFF, CLOSE_RANGE_CLOEXEC), "close_range")
 
 
 def prctl(option: int, value: int) -> None:
     """``prctl(option, value, 0, 0, 0)``."""
-    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
+    long = ctypes.c_ulong
+    _check(_libc.prctl(option, long(value), long(0), long(0), long(0)), f"prctl {option}")
 
 
 def _permitted() -> int:
@@ -180,9 +191,10 @@ def keep_capabilities(keep: tuple[int, ...]) -> None:
     """
     permitted = _permitted()
     cap = 0
-    while _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+    long = ctypes.c_ulong
+    while _libc.prctl(PR_CAPBSET_DROP, long(cap), long(0), long(0), long(0)) == 0:
         cap += 1
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    _libc.prctl(PR_CAP_AMBIENT, long(PR_CAP_AMBIENT_CLEAR_ALL), long(0), long(0), long(0))
     masks = [0, 0]
     for number in keep:
         if permitted >> number & 1:
@@ -199,7 +211,7 @@ def clear_user_keyring() -> None:
     key there for the next one to read. Failing (no keyring support) is harmless.
     """
     if _KEYCTL is not None:
-        _libc.syscall(_KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING)
+        _syscall(_KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING)
 
 
 def execvp(program: str, argv: list[str]) -> int:
