@@ -14,6 +14,7 @@ import mmap
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -27,7 +28,6 @@ from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeS
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
-from chalk_worker.llm import close_llm_clients
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
 from chalk_worker.workdirs import make_job_dir, sweep_stale_job_dirs
@@ -239,4 +239,6 @@ async def _score_then_close(job: ScoringJob, settings: ChalkSettings | None) -> 
     try:
         return await score_job_async(job, settings=settings)
     finally:
-        await close_llm_clients()
+        llm = sys.modules.get("chalk_worker.llm")  # imported once a rubric judge ran
+        if llm is not None:
+            await llm.close_llm_clients()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,18 @@ class LLMBudget:
 Evaluator = Callable[[Any, JudgeContext], Awaitable[Scoring]]
 _E = TypeVar("_E", bound=Evaluator)
 _evaluators: dict[str, Evaluator] = {}
+_import_lock = threading.Lock()
+
+MODULES = {
+    "all": "combine",
+    "always_pass": "always_pass",
+    "any": "combine",
+    "custom": "custom",
+    "executable": "executable",
+    "regex": "regex",
+    "rubric": "rubric",
+}
+"""The module of ``chalk_worker.judges`` that registers each judge type's evaluator."""
 
 
 def evaluator(kind: str) -> Callable[[_E], _E]:
@@ -59,7 +73,17 @@ def evaluator(kind: str) -> Callable[[_E], _E]:
     return register
 
 
+def evaluator_of(kind: str) -> Evaluator:
+    """The evaluator of judges of type ``kind``, its module imported on first use."""
+    found = _evaluators.get(kind)
+    if found is None:
+        with _import_lock:
+            importlib.import_module(f"chalk_worker.judges.{MODULES[kind]}")
+        found = _evaluators[kind]
+    return found
+
+
 async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
     """Judge one step with the evaluator registered for the judge's type."""
     with metrics.judge_timer(judge.type):
-        return await _evaluators[judge.type](judge, context)
+        return await evaluator_of(judge.type)(judge, context)

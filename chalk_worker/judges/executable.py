@@ -11,7 +11,7 @@ import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
@@ -22,7 +22,9 @@ from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pymain import parse_python_command
-from chalk_worker.sandbox.session import SandboxSession, get_sandbox
+
+if TYPE_CHECKING:
+    from chalk_worker.sandbox.session import SandboxSession
 
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
@@ -176,6 +178,9 @@ def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -
 
 def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
     """Run the script in a sandbox session and read its verdict (blocking)."""
+    # The sandbox's machinery is loaded by the first script, not by every process.
+    from chalk_worker.sandbox.session import get_sandbox
+
     limits = ProcessLimits(
         wall_s=min(judge.timeout_s or context.limits.wall_s, context.settings.max_wall_s),
         file_size_bytes=context.limits.file_size_mb * 1024 * 1024,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
@@ -35,8 +36,9 @@ from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
 from chalk_worker import metrics
 from chalk_worker.contexts import render_contexts
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
-from chalk_worker.llm import LLMServer, llm_pool
-from chalk_worker.verdicts import Verdict, ask_verdict
+
+if TYPE_CHECKING:
+    from chalk_worker.verdicts import Verdict
 
 
 def _label(verdict: Verdict) -> str:
@@ -57,6 +59,11 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
 
 
 async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: float) -> Scoring:
+    # The LLM client (``openai``) is imported when a rubric is first graded: a process
+    # that never grades one (``chalk score`` with regex judges) starts without it.
+    from chalk_worker.llm import LLMServer, llm_pool
+    from chalk_worker.verdicts import ask_verdict
+
     settings = context.settings
     shown = await asyncio.to_thread(
         render_contexts,
