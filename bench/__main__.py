@@ -21,7 +21,7 @@ import time
 
 from bench.suite import Figure, table
 
-BENCHMARKS = ("throughput", "latency", "sandbox", "rubric", "batch", "submission")
+BENCHMARKS = ("throughput", "latency", "sandbox", "codegen", "rubric", "batch", "submission")
 
 
 def run_one(name: str, smoke: bool) -> list[Figure]:

@@ -30,7 +30,7 @@ def test_the_whole_suite_runs_in_smoke_mode():
             "bench",
             "--smoke",
             "--only",
-            "throughput,latency,sandbox,batch,submission",
+            "throughput,latency,sandbox,codegen,batch,submission",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -45,5 +45,6 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "client peak memory",
         "unpack time",
         "worker peak RSS growth",
+        "codegen",
     ):
         assert name in done.stdout, done.stdout
