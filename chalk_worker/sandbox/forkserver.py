@@ -47,6 +47,8 @@ _STARTUP_MODULES = frozenset(sys.modules)
 _STARTUP_PATH = list(sys.path)
 
 import array  # noqa: E402 - after recording what a bare interpreter has
+import contextlib  # noqa: E402
+import errno  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -119,72 +121,78 @@ def _preload(names: list[str]) -> str:
     return "could not import " + ", ".join(failed) if failed else ""
 
 
-def _make_mountpoint(target: str, is_dir: bool) -> None:
-    parent = os.path.dirname(target)
-    if not os.path.isdir(parent):
-        os.makedirs(parent, 0o755)
-    if os.path.lexists(target):
-        return
-    if is_dir:
-        os.mkdir(target, 0o755)
-    else:
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+Step = tuple[str, str, str]
+"""One step of making a run's root, decided once per server: ``(action, path, detail)``."""
 
 
-def _mount_proc(target: str) -> None:
-    # Processes of other users (the server, the sandbox's init) are not even visible.
-    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
-    syscalls.mount("proc", target, "proc", flags, "hidepid=invisible")
-    for name in ("sys", "sysrq-trigger", "irq", "bus"):  # read-only, as bubblewrap leaves them
-        path = f"{target}/{name}"
-        if os.path.exists(path):
-            syscalls.mount(path, path, None, syscalls.MS_BIND | syscalls.MS_REC)
-            syscalls.mount(
-                None,
-                path,
-                None,
-                syscalls.MS_REMOUNT
-                | syscalls.MS_BIND
-                | syscalls.MS_RDONLY
-                | syscalls.MS_NOSUID
-                | syscalls.MS_NODEV
-                | syscalls.MS_NOEXEC,
-            )
+def plan_root(view: list[list[str]]) -> list[Step]:
+    """The steps that make a run's root from the server's view, paths under ``STAGE``.
+
+    Every check (is it a folder? bound already with the folder above it?) is made
+    here, once: a run's process, a fork, then only executes them.
+    """
+    steps: list[Step] = []
+    bound: list[str] = []
+    for kind, path, detail in view:
+        target = STAGE + path
+        if kind == "symlink":
+            steps.append(("symlink", target, detail))
+        elif kind == "dir":
+            steps.append(("mkdir", target, ""))
+        elif kind in ("ro", "rw"):
+            if any(path.startswith(f"{done}/") for done in bound):
+                continue  # comes with the recursive bind of a folder above it
+            steps.append(("mkdir" if os.path.isdir(path) else "touch", target, ""))
+            steps.append(("bind", target, path))
+            bound.append(path)
+        elif kind == "proc":
+            steps += [("mkdir", target, ""), ("proc", target, "")]
+            # Read-only, as bubblewrap leaves them (those this kernel has).
+            for name in ("sys", "sysrq-trigger", "irq", "bus"):
+                if os.path.exists(f"/proc/{name}"):
+                    steps.append(("readonly", f"{target}/{name}", ""))
+        elif kind == "dev":
+            steps += [("mkdir", target, ""), ("bind", target, "/dev")]
+        elif kind == "tmpfs":
+            steps += [("mkdir", target, ""), ("tmpfs", target, "")]
+    return steps
 
 
-def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[int]) -> None:
+def _build_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
     """Make the run's root at ``STAGE`` and switch to it (in the run's own mount namespace)."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     syscalls.mount("tmpfs", STAGE, "tmpfs", flags)
     os.chmod(STAGE, 0o755)
-    bound: list[str] = []
-    for kind, path, detail in view:
-        target = STAGE + path
-        if kind == "symlink":
+    for action, target, detail in plan:
+        if action == "mkdir":
+            os.mkdir(target, 0o755)
+        elif action == "bind":
+            syscalls.mount(detail, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+        elif action == "symlink":
             os.symlink(detail, target)
-        elif kind == "dir":
-            _make_mountpoint(target, is_dir=True)
-        elif kind in ("ro", "rw"):
-            if any(path.startswith(f"{done}/") for done in bound):
-                continue  # came with the recursive bind of a folder above it
-            _make_mountpoint(target, is_dir=os.path.isdir(path))
-            syscalls.mount(path, target, None, syscalls.MS_BIND | syscalls.MS_REC)
-            bound.append(path)
-        elif kind == "proc":
-            _make_mountpoint(target, is_dir=True)
-            _mount_proc(target)
-        elif kind == "dev":
-            _make_mountpoint(target, is_dir=True)
-            syscalls.mount("/dev", target, None, syscalls.MS_BIND | syscalls.MS_REC)
-        elif kind == "tmpfs":
-            _make_mountpoint(target, is_dir=True)
-            syscalls.mount(
-                "tmpfs", target, "tmpfs", flags, f"mode=0755,size={request['tmp_bytes']}"
-            )
+        elif action == "touch":
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        elif action == "proc":
+            # Processes of other users (the server, the sandbox's init) are not even listed.
+            proc_flags = flags | syscalls.MS_NOEXEC
+            syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
+        elif action == "readonly":
+            syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+            remount = syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY
+            syscalls.mount(None, target, None, remount | flags | syscalls.MS_NOEXEC)
+        elif action == "tmpfs":
+            size = f"mode=0755,size={request['tmp_bytes']}"
+            syscalls.mount("tmpfs", target, "tmpfs", flags, size)
     for path, fd in zip(request["mounts"], mount_fds, strict=True):
-        _make_mountpoint(STAGE + path, is_dir=stat.S_ISDIR(os.fstat(fd).st_mode))
-        syscalls.attach(fd, STAGE + path)
+        target = STAGE + path
+        if not os.path.lexists(target):  # it may be in a folder attached before it
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(target, 0o755)
+            else:
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        syscalls.attach(fd, target)
     old = STAGE + "/.old-root"
     os.mkdir(old, 0o700)
     syscalls.pivot_root(STAGE, old)
@@ -193,20 +201,47 @@ def _build_root(view: list[list[str]], request: dict[str, Any], mount_fds: list[
     os.rmdir("/.old-root")
 
 
+def _exec(argv: list[str], env: dict[str, str]) -> int:
+    """Execute ``argv`` with ``env``, searching ``env``'s ``PATH`` as the C library's
+    ``execvp`` does (``/bin/sh`` for a file without ``#!``); else the ``errno``."""
+    program = argv[0]
+    if "/" in program:
+        candidates = [program]
+    else:
+        folders = env.get("PATH", "/bin:/usr/bin").split(":")
+        candidates = [os.path.join(folder or ".", program) for folder in folders]
+    error = errno.ENOENT
+    denied = False
+    for candidate in candidates:
+        try:
+            os.execve(candidate, argv, env)
+        except OSError as exc:
+            if exc.errno == errno.ENOEXEC:
+                with contextlib.suppress(OSError):
+                    os.execve("/bin/sh", ["/bin/sh", candidate, *argv[1:]], env)
+                return exc.errno
+            if exc.errno == errno.EACCES:
+                denied = True
+            elif exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ESTALE, errno.ENODEV):
+                return exc.errno or errno.ENOENT
+            error = exc.errno or errno.ENOENT
+    return errno.EACCES if denied else error
+
+
 def _become_program(
-    fds: list[int], started: int, view: list[list[str]], warm: "pymain.Interpreter | None"
+    fds: list[int], started: int, plan: list[Step], warm: "pymain.Interpreter | None"
 ) -> NoReturn:
     """The run's process: its set-up, then the command (exec or warm). Never returns."""
+    gc.disable()  # nothing to collect before exec (a warm run turns it back on)
     try:
-        with os.fdopen(fds[0], "rb") as body:
-            request = json.loads(body.read())
+        request = json.loads(os.read(fds[0], os.fstat(fds[0]).st_size))
         count = request["cgroups"]
         stdout, stderr = fds[1], fds[2]
         for fd in fds[3 : 3 + count]:
             os.write(fd, b"0")  # 0: the writer itself; its children follow
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
         os.umask(0o022)
-        _build_root(view, request, fds[3 + count :])
+        _build_root(plan, request, fds[3 + count :])
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(stdout, 1)
@@ -221,8 +256,7 @@ def _become_program(
         os.setresuid(uid, uid, uid)  # every capability goes with root
         syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: the run may read its /proc
         syscalls.clear_user_keyring()
-        env = [(str(k), str(v)) for k, v in request["env"]]
-        argv = [str(word) for word in request["argv"]]
+        argv: list[str] = request["argv"]
         if request["python"] is not None and warm is not None:
             command = pymain.PythonCommand.from_json(request["python"])
             refusal = _warm_refusal(command, warm)
@@ -230,13 +264,12 @@ def _become_program(
                 os.write(started, f"cold: {refusal}".encode())
                 os._exit(0)
             os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1] + 1)
-            warm.run_main(argv, command, env)
-        os.environ.clear()
-        os.environ.update(env)
+            gc.enable()
+            warm.run_main(argv, command, [(str(k), str(v)) for k, v in request["env"]])
         for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
             signal.signal(number, signal.SIG_DFL)
         syscalls.cloexec_from(3)
-        error = syscalls.execvp(argv[0], argv)
+        error = _exec(argv, dict(request["env"]))
         os.write(started, f"exec: {error}".encode())
     except BaseException as exc:  # nothing of the job ran yet
         os.write(started, f"setup: {type(exc).__name__}: {exc}".encode())
@@ -278,14 +311,14 @@ def _kill_leftovers() -> None:
 
 
 def _serve_one(
-    sock: socket.socket, fds: list[int], view: list[list[str]], warm: "pymain.Interpreter | None"
+    sock: socket.socket, fds: list[int], plan: list[Step], warm: "pymain.Interpreter | None"
 ) -> None:
     started_r, started_w = os.pipe2(os.O_CLOEXEC)
     try:
         program = os.fork()
         if program == 0:
             os.close(started_r)
-            _become_program(fds, started_w, view, warm)
+            _become_program(fds, started_w, plan, warm)
     finally:
         for fd in (*fds, started_w):
             os.close(fd)
@@ -322,7 +355,7 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     config = json.loads(sock.recv(1 << 20))
     _harden()
-    view: list[list[str]] = config["view"]
+    plan = plan_root(config["view"])
     note = _preload(config["preload"]) if config["warm"] else ""
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
@@ -348,7 +381,7 @@ def serve(fd: int) -> None:
             _send(sock, {"start": "setup: malformed request"})
             continue
         try:
-            _serve_one(sock, fds, view, warm)
+            _serve_one(sock, fds, plan, warm)
         except (BrokenPipeError, ConnectionError):
             return
         except Exception as exc:  # the server itself must go on

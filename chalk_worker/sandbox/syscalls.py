@@ -212,16 +212,3 @@ def clear_user_keyring() -> None:
     """
     if _KEYCTL is not None:
         _syscall(_KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING)
-
-
-def execvp(program: str, argv: list[str]) -> int:
-    """The C library's ``execvp``: on success it does not return; else the ``errno``.
-
-    Used instead of ``os.execvp`` for the C library's exact search rules: the
-    ``PATH`` of the environment, and ``/bin/sh`` for a file without a ``#!``
-    line, as bubblewrap and ``setpriv`` (which start scripts otherwise) do.
-    """
-    encoded = [os.fsencode(word) for word in argv]
-    array = (ctypes.c_char_p * (len(encoded) + 1))(*encoded, None)
-    _libc.execvp(os.fsencode(program), array)
-    return ctypes.get_errno()
