@@ -1,7 +1,7 @@
 """The Linux calls the sandbox makes that Python's ``os`` module does not offer.
 
 Mount API calls (``open_tree``, ``move_mount``, ``mount_setattr``, Linux 5.12+),
-namespaces (``unshare``), ``pivot_root``, ``close_range``,
+namespaces (``unshare``), ``close_range``,
 capabilities and ``prctl``, through ``ctypes``. Standard library only: the fork
 server loads this file by its path, without the ``chalk_worker`` package (whose
 imports a sandboxed interpreter must not carry).
@@ -18,7 +18,6 @@ _libc.syscall.restype = ctypes.c_long
 # Numbers of the calls added after 4.x are the same on every architecture.
 _OPEN_TREE, _MOVE_MOUNT, _CLOSE_RANGE, _MOUNT_SETATTR = 428, 429, 436, 442
 _MACHINE = os.uname().machine
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(_MACHINE)
 _KEYCTL = {"x86_64": 250, "aarch64": 219}.get(_MACHINE)
 
 AT_FDCWD = -100
@@ -40,7 +39,6 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
-MNT_DETACH = 0x2
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -56,6 +54,7 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAP_KILL = 5
 CAP_SETGID = 6
 CAP_SETUID = 7
+CAP_SYS_CHROOT = 18
 CAP_SYS_ADMIN = 21
 CAP_SYS_RESOURCE = 24
 
@@ -146,21 +145,9 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     )
 
 
-def umount(target: str) -> None:
-    """Detach the mount at ``target`` (lazily, ``MNT_DETACH``)."""
-    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
-
-
 def unshare(flags: int) -> None:
     """``unshare(2)``: new namespaces for this process."""
-    _check(_libc.unshare(flags), "unshare")
-
-
-def pivot_root(new_root: str, put_old: str) -> None:
-    """``pivot_root(2)``."""
-    if _PIVOT_ROOT is None:
-        raise OSError(0, f"pivot_root: unknown call number on {_MACHINE}")
-    _check(_syscall(_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
 
 
 def cloexec_from(first: int) -> None:

@@ -159,6 +159,43 @@ def test_a_run_cannot_signal_trace_or_write_to_its_server(settings):
     assert servers.started == started
 
 
+def test_a_run_cannot_leave_its_root(settings):
+    facts = assert_warm(
+        run(
+            settings,
+            """
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            os.makedirs(os.path.join(os.environ["HOME"], "inner"), exist_ok=True)
+            try:
+                os.chroot(os.path.join(os.environ["HOME"], "inner"))
+                facts["chroot"] = "done"
+            except OSError as exc:
+                facts["chroot"] = type(exc).__name__
+            ctypes.set_errno(0)
+            done = libc.unshare(ctypes.c_int(0x10000000))  # CLONE_NEWUSER
+            facts["userns"] = f"{done} {os.strerror(ctypes.get_errno())}"
+            ctypes.set_errno(0)
+            done = libc.unshare(ctypes.c_int(0x00020000))  # CLONE_NEWNS
+            facts["mountns"] = f"{done} {os.strerror(ctypes.get_errno())}"
+            for _ in range(40):  # well above the root, were it escapable
+                os.chdir("..")
+            facts["top"] = sorted(os.listdir("."))
+            facts["self root"] = os.readlink("/proc/self/root")
+            with open("/proc/self/mountinfo") as table:
+                facts["stage"] = any(".chalk-run" in line for line in table)
+            write()
+            """,
+        )
+    )
+    assert facts["chroot"] == "PermissionError"
+    assert facts["userns"] == "-1 Operation not permitted"
+    assert facts["mountns"] == "-1 Operation not permitted"
+    assert ".chalk-run" not in facts["top"] and "usr" in facts["top"]
+    assert facts["self root"] == "/"
+    assert facts["stage"] == "False"
+
+
 def test_a_child_that_outlives_its_run_is_killed_and_unseen_by_the_next(settings):
     servers = pool(settings)
     marker = f"301.{os.getpid()}{time.monotonic_ns() % 10**9}"
