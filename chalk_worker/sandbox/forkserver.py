@@ -235,7 +235,7 @@ def _become_program(
     """The run's process: its set-up, then the command (exec or warm). Never returns."""
     gc.disable()  # nothing to collect before exec (a warm run turns it back on)
     try:
-        request = json.loads(os.read(fds[0], os.fstat(fds[0]).st_size))
+        request = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
         count = request["cgroups"]
         stdout, stderr = fds[1], fds[2]
         for fd in fds[3 : 3 + count]:
@@ -323,16 +323,11 @@ def _serve_one(
     finally:
         for fd in (*fds, started_w):
             os.close(fd)
-    pidfd = os.pidfd_open(program)
-    try:
-        _send(sock, {"forked": True}, [pidfd])
-    finally:
-        os.close(pidfd)
-    start = _read_all(started_r)
-    _send(sock, {"start": start.decode(errors="replace")})
     status = _reap_until(program)
     _kill_leftovers()
-    _send(sock, {"end": str(status)})
+    # Every writer of the pipe is gone now: what the program said of its start is all there.
+    start = _read_all(started_r)
+    _send(sock, {"start": start.decode(errors="replace"), "end": str(status)})
 
 
 def _harden() -> None:

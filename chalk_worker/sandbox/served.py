@@ -14,7 +14,6 @@ import contextlib
 import os
 import resource
 import select
-import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from chalk_worker.sandbox.cgroups import SlotCgroups
-from chalk_worker.sandbox.process import CappedBuffer, ProcessLimits, ProcessOutcome
+from chalk_worker.sandbox.process import CappedBuffer, ProcessLimits, ProcessOutcome, sweep
 from chalk_worker.sandbox.pymain import PythonCommand
 from chalk_worker.sandbox.servers import (
     ForkServer,
     ForkServerLost,
+    ServerReply,
     detached_mounts,
-    kill_run,
     wait_status_code,
 )
-from chalk_worker.sandbox.slots import Slot
+from chalk_worker.sandbox.slots import Slot, processes_of
 
 KILLED_RUN_REPORT_S = 10.0
 """How long a server may take to report the end of a run it was told to kill."""
@@ -109,7 +108,7 @@ def run_served(
             sent += cgroups.open_for_join()
             request["cgroups"] = len(sent) - 2
         sent += detached_mounts(present)
-        pidfd = server.start_run(request, sent)
+        server.start_run(request, sent)
     except BaseException:
         os.close(out_r)
         os.close(err_r)
@@ -119,12 +118,9 @@ def run_served(
             os.close(fd)
         if cgroups is not None:
             cgroups.close_join()
-    try:
-        watch = _Watch(server, out_r, err_r, limits.output_bytes)
-        start, status, timed_out = watch.follow(started + limits.wall_s, pidfd, cgroups)
-    finally:
-        kill_run(pidfd)
-        os.close(pidfd)
+    watch = _Watch(server, out_r, err_r, limits.output_bytes)
+    reply, timed_out = watch.follow(started + limits.wall_s, spec.slot, cgroups)
+    start, status = reply.start, reply.status
     if start.startswith("cold:"):
         return None
     if start.startswith("setup:"):
@@ -141,7 +137,7 @@ def run_served(
             started="forked",
         )
     return ProcessOutcome(
-        returncode=wait_status_code(status) if status is not None else -signal.SIGKILL,
+        returncode=wait_status_code(status),
         timed_out=timed_out,
         stdout=watch.out.text(),
         stderr=watch.err.text(),
@@ -173,35 +169,35 @@ class _Watch:
         os.close(fd)
 
     def follow(
-        self, deadline: float, pidfd: int, cgroups: SlotCgroups | None
-    ) -> tuple[str, int | None, bool]:
-        """Until the run ended and its pipes closed: ``(start report, status, timed out)``."""
-        start: str | None = None
-        status: int | None = None
-        ended = timed_out = False
+        self, deadline: float, slot: Slot, cgroups: SlotCgroups | None
+    ) -> tuple[ServerReply, bool]:
+        """Until the run ended and its pipes closed: the server's report, and if it timed out.
+
+        At the deadline the run is killed through the slot (its cgroup, every
+        process of its uid); the server then reports its end.
+        """
+        reply: ServerReply | None = None
+        timed_out = False
         try:
-            while not ended or self.pipes:
+            while reply is None or self.pipes:
                 wait_s = deadline - time.monotonic()
                 ready = self.poll.poll(max(0, int(wait_s * 1000) + 1))
                 if not ready and time.monotonic() >= deadline:
-                    if ended:
+                    if reply is not None:
                         break  # pipes held open past the end: nothing of the run lives now
                     if timed_out:
                         raise ForkServerLost("the fork server did not report a killed run's end")
                     timed_out = True
-                    kill_run(pidfd)
                     if cgroups is not None:
                         cgroups.kill_all()
+                    sweep(lambda: processes_of(slot.uid))
                     deadline = time.monotonic() + KILLED_RUN_REPORT_S
                     continue
                 for fd, _ in ready:
                     if fd in self.pipes:
                         self._drain(fd)
-                    elif start is None:
-                        start = self.server.started()
-                    elif not ended:
-                        status = self.server.ended(0)
-                        ended = True
+                    elif reply is None:
+                        reply = self.server.finished()
                         deadline = time.monotonic() + DRAIN_AFTER_END_S
                         self.poll.unregister(self.server.socket_fd)
         finally:
@@ -209,4 +205,5 @@ class _Watch:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self.pipes.clear()
-        return start or "", status, timed_out
+        assert reply is not None
+        return reply, timed_out

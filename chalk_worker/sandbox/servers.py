@@ -62,13 +62,13 @@ class ServerConfig:
     warm: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerReply:
     """How a run went, as the server saw it."""
 
     start: str
     """``""`` when the program ran; else ``cold: ...``, ``exec: errno`` or ``setup: ...``."""
-    status: int | None
+    status: int
     """The program's wait status."""
 
 
@@ -148,8 +148,8 @@ class ForkServer:
             raise ForkServerLost("the fork server exited")
         return json.loads(data), list(fds)
 
-    def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> int:
-        """Send one run (the request and its descriptors); returns a pidfd of its program.
+    def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> None:
+        """Send one run: the request and its descriptors.
 
         The descriptors are the stdout and stderr pipes' write ends, the cgroup
         files, then the detached mounts, in the request's order.
@@ -157,31 +157,20 @@ class ForkServer:
         body = os.memfd_create("chalk-run", os.MFD_CLOEXEC)
         try:
             os.write(body, _json(request))
-            os.lseek(body, 0, os.SEEK_SET)
             ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [body, *fds]))]
             self.sock.sendmsg([b"run"], ancillary)
         except OSError as exc:
             raise ForkServerLost(f"could not send the run to the fork server: {exc}") from exc
         finally:
             os.close(body)
-        message, pidfds = self._receive(REPLY_TIMEOUT_S)
-        if not message.get("forked") or len(pidfds) != 1:
-            for fd in pidfds:
-                os.close(fd)
-            raise ForkServerLost(f"the fork server could not start the run: {message}")
-        return pidfds[0]
 
-    def started(self) -> str:
-        """The run's start report: ``""`` once the program runs (see ``ServerReply``)."""
-        return str(self._reply(REPLY_TIMEOUT_S).get("start", "setup: no start report"))
-
-    def ended(self, timeout_s: float) -> int | None:
-        """Wait for the run's end (nothing of it left); the program's wait status."""
-        message = self._reply(timeout_s)
+    def finished(self) -> ServerReply:
+        """The server's report of a run (call once its socket is readable)."""
+        message = self._reply(REPLY_TIMEOUT_S)
         end = str(message.get("end", ""))
-        if end.startswith("setup:"):
-            raise ForkServerLost(f"the run's set-up failed: {end[6:].strip()}")
-        return int(end) if end.strip().lstrip("-").isdigit() else None
+        if "start" not in message or not end.lstrip("-").isdigit():
+            raise ForkServerLost(f"the fork server sent a report it should not: {message}")
+        return ServerReply(start=str(message["start"]), status=int(end))
 
     @property
     def socket_fd(self) -> int:
@@ -291,12 +280,6 @@ class ForkServerPool:
 def wait_status_code(status: int) -> int:
     """A wait status as ``Popen.returncode`` puts it: the exit code, or minus the signal."""
     return os.waitstatus_to_exitcode(status)
-
-
-def kill_run(pidfd: int) -> None:
-    """Kill a run's program; its server then kills whatever else the run started."""
-    with contextlib.suppress(OSError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
 def detached_mounts(paths: Sequence[tuple[Path, bool]]) -> list[int]:
