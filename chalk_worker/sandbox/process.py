@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
 
+from chalk_worker.sandbox.syscalls import clear_user_keyring
+
 TOKEN_VARIABLE = "CHALK_SANDBOX_TOKEN"
 _PR_SET_NO_NEW_PRIVS = 38
 
@@ -115,9 +117,11 @@ def child_setup(
     """What the child does between ``fork`` and ``exec``.
 
     Join the slot's cgroups first (so nothing it starts can be outside them),
-    set rlimits, then, when bubblewrap is not doing it, become the slot user
-    with no groups and ``no_new_privs``. Only plain system calls: the worker
-    has threads, and the child must not take a lock one of them holds.
+    set rlimits, empty the slot uid's kernel keyring (it outlives processes: an
+    earlier script could have left a key there), then, when bubblewrap is not
+    doing it, become the slot user with no groups and ``no_new_privs``. Only
+    plain system calls: the worker has threads, and the child must not take a
+    lock one of them holds.
     """
     cpu_s = int(limits.wall_s) + 5
     libc = ctypes.CDLL(None, use_errno=True) if drop_here else None
@@ -132,6 +136,10 @@ def child_setup(
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         if uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
+            # The keyring is the real uid's: be the slot user for a moment (saved uid 0).
+            os.setresuid(uid, uid, 0)
+            clear_user_keyring()
+            os.setresuid(0, 0, 0)
         if drop_here and uid is not None and libc is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)

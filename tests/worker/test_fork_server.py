@@ -364,9 +364,15 @@ def test_a_run_holds_none_of_the_servers_descriptors(settings):
     assert facts["server fds"] in ("FileNotFoundError", "PermissionError")
 
 
-@pytest.mark.usefixtures("python_start")
-def test_the_slot_users_keyring_is_empty_for_every_run(settings, python_start):
-    settings = settings.model_copy(update={"warm_python": python_start == "warm"})
+@pytest.mark.parametrize("how", ["warm", "cold", "direct"])
+def test_the_slot_users_keyring_is_empty_for_every_run(settings, how, monkeypatch):
+    # A uid's user keyring outlives its processes: each run must find it empty.
+    settings = settings.model_copy(update={"warm_python": how == "warm"})
+    if how == "direct":  # no fork server: each script starts its own bubblewrap
+        from chalk_worker.sandbox import servers as module
+
+        monkeypatch.setattr(module, "SERVER_SCRIPT", Path("/nonexistent/forkserver.py"))
+        settings = settings.model_copy(update={"sandbox_uid_base": settings.sandbox_uid_base + 1})
     add_key = """
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -391,7 +397,8 @@ def test_the_slot_users_keyring_is_empty_for_every_run(settings, python_start):
         """,
     )
     assert found.scoring.metadata["found"] == "-1"
-    assert STARTED_MARKER + python_start in found.scoring.metadata["stderr"]
+    started = "warm" if how == "warm" else "cold"
+    assert STARTED_MARKER + started in found.scoring.metadata["stderr"]
 
 
 def server_processes() -> list[psutil.Process]:
