@@ -27,6 +27,7 @@ from chalk_client.health import WorkerPresence
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import connect, redacted
 from chalk_worker.sandbox import detect_layers
+from chalk_worker.sandbox.warm import warm_python_report
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def start_presence(
         started=now,
         seen=now,
         version=chalk_version(),
-        sandbox=layers.report(),
+        sandbox=[*layers.report(), warm_python_report(settings, layers)],
         metrics_port=metrics_port,
     )
     _publisher = PresencePublisher(

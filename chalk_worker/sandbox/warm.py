@@ -9,7 +9,11 @@ memory in every server and a little time in every fork, so the list is short.
 
 from __future__ import annotations
 
+import os
 import pkgutil
+
+from chalk_client.settings import ChalkSettings
+from chalk_worker.sandbox.probe import SandboxLayers
 
 STANDARD_MODULES = (
     "runpy",
@@ -49,3 +53,21 @@ def preload_modules() -> list[str]:
         if module.ispkg
     ]
     return names
+
+
+def warm_python_report(settings: ChalkSettings, layers: SandboxLayers) -> str:
+    """One line for ``chalk health`` and the logs: whether ``{python}`` scripts start warm."""
+    if not settings.warm_python:
+        return "warm python: OFF - CHALK_WARM_PYTHON=false: every script starts a new interpreter"
+    if not (layers.root and layers.bwrap and "user" in layers.available):
+        return "warm python: OFF - fork servers need root and bubblewrap"
+    from chalk_worker.sandbox import syscalls
+
+    try:
+        os.close(syscalls.open_tree_clone("/"))
+    except OSError as exc:
+        return f"warm python: OFF - this kernel cannot make detached mounts ({exc.strerror})"
+    return (
+        "warm python: on ({python} scripts fork from an interpreter already started in the "
+        "sandbox; CHALK_WARM_PYTHON=false turns it off)"
+    )

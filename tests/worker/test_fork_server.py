@@ -517,3 +517,17 @@ def test_signals_and_exit_statuses_are_reported_exactly(settings):
     )
     assert exited.scoring is not None
     assert exited.scoring.metadata["error"] == "the script exited with status 143"
+
+
+def test_health_says_whether_python_starts_warm():
+    from chalk_worker.sandbox.cgroups import CgroupSupport
+    from chalk_worker.sandbox.probe import SandboxLayers
+    from chalk_worker.sandbox.warm import warm_python_report
+
+    assert warm_python_report(ChalkSettings(), LAYERS).startswith("warm python: on (")
+    off = warm_python_report(ChalkSettings(warm_python=False), LAYERS)
+    assert off.startswith("warm python: OFF - CHALK_WARM_PYTHON=false")
+    bare = SandboxLayers(
+        root=False, bwrap=None, setpriv=None, cgroups=CgroupSupport(None, None, None)
+    )
+    assert "need root and bubblewrap" in warm_python_report(ChalkSettings(), bare)
