@@ -60,6 +60,8 @@ class ServerConfig:
     preload: list[str]
     """Modules to import before serving; empty for cold-only servers."""
     warm: bool
+    watched: tuple[str, ...] = ()
+    """Files whose change on disk makes a server stale (the preloaded task packages)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class ForkServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.warm = False
+        self.signature = file_signature(config.watched)
+        """The watched files as they were when this server started."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         self.sock = ours
@@ -193,6 +197,19 @@ def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
+def file_signature(paths: Sequence[str]) -> tuple[int, ...]:
+    """Modification times and sizes of ``paths`` (0 for a missing one)."""
+    found: list[int] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            found += [0, 0]
+            continue
+        found += [info.st_mtime_ns, info.st_size]
+    return tuple(found)
+
+
 def _relay_log(stream: Any) -> None:
     with stream:
         for line in stream:
@@ -235,14 +252,15 @@ class ForkServerPool:
                 self._give_back(server)
 
     def _take(self) -> ForkServer | None:
+        current = file_signature(self.config.watched) if self.config.watched else ()
         with self._lock:
             if self.disabled_because:
                 return None
             while self._idle:
                 server = self._idle.pop()
-                if server.alive:
+                if server.alive and server.signature == current:
                     return server
-                server.close()
+                server.close()  # dead, or started before a preloaded file changed
         try:
             server = ForkServer(self.config)
         except ForkServerLost as exc:

@@ -57,7 +57,7 @@ from chalk_worker.sandbox.servers import (
     ServerConfig,
 )
 from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
-from chalk_worker.sandbox.warm import preload_modules
+from chalk_worker.sandbox.warm import preload_modules, preloaded_files
 
 log = logging.getLogger(__name__)
 
@@ -333,13 +333,15 @@ class Sandbox:
             server_view = view_entries(
                 readonly=[*roots, SERVER_SCRIPT.parent], writable=[], tmp_bytes=1 << 20
             )
+            preload = preload_modules() if warm else []
             config = ServerConfig(
                 bwrap=self.layers.bwrap,
                 server_view=[*server_view, ("dir", STAGE, "")],
                 run_view=run_view,
                 env=script_env(Path("/"), isolated=True),
-                preload=preload_modules() if warm else [],
+                preload=preload,
                 warm=warm,
+                watched=tuple(preloaded_files(preload)),
             )
             pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
             self._servers[warm] = pool

@@ -55,6 +55,27 @@ def preload_modules() -> list[str]:
     return names
 
 
+def preloaded_files(names: list[str]) -> list[str]:
+    """The source files of the modules among ``names`` that are not the standard library's.
+
+    A server imported them when it started: when one changes on disk, servers
+    started before are replaced (their copy is stale).
+    """
+    import importlib.util
+
+    files = []
+    for name in names:
+        if name in STANDARD_MODULES:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin and os.path.isfile(spec.origin):
+            files.append(spec.origin)
+    return files
+
+
 def warm_python_report(settings: ChalkSettings, layers: SandboxLayers) -> str:
     """One line for ``chalk health`` and the logs: whether ``{python}`` scripts start warm."""
     if not settings.warm_python:

@@ -531,3 +531,26 @@ def test_health_says_whether_python_starts_warm():
         root=False, bwrap=None, setpriv=None, cgroups=CgroupSupport(None, None, None)
     )
     assert "need root and bubblewrap" in warm_python_report(ChalkSettings(), bare)
+
+
+def test_a_server_started_before_a_preloaded_file_changed_is_replaced(settings, tmp_path):
+    import dataclasses
+
+    from chalk_worker.sandbox.servers import ForkServerPool
+
+    cold = get_sandbox(settings).cold_servers()
+    assert cold is not None
+    package = tmp_path / "task_package.py"
+    package.write_text("VERSION = 1\n")
+    pool = ForkServerPool(dataclasses.replace(cold.config, watched=(str(package),)), max_idle=1)
+    try:
+        with pool.server() as server:
+            first = server
+        with pool.server() as server:
+            assert server is first and pool.started == 1  # unchanged: reused
+        package.write_text("VERSION = 2 # edited\n")
+        with pool.server() as server:
+            assert server is not first and pool.started == 2
+        assert not first.alive
+    finally:
+        pool.close()
