@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from chalk_worker.sandbox import forkserver, syscalls
-from chalk_worker.sandbox.bwrap import ViewEntry, render_bwrap
+from chalk_worker.sandbox.bwrap import ViewEntry, render_bwrap, view_entries
+from chalk_worker.sandbox.environment import script_env
+from chalk_worker.sandbox.warm import preload_modules, preloaded_files
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,27 @@ class ForkServer:
 
 def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
+
+
+def server_config(bwrap: str, readonly_roots: Sequence[Path], *, warm: bool) -> ServerConfig:
+    """The configuration of a sandbox's fork servers: warm (modules imported) or cold.
+
+    Runs see the allowlisted paths; the server sees its own code as well.
+    """
+    run_view = view_entries(readonly=readonly_roots, writable=[], tmp_bytes=1 << 20)
+    server_view = view_entries(
+        readonly=[*readonly_roots, SERVER_SCRIPT.parent], writable=[], tmp_bytes=1 << 20
+    )
+    preload = preload_modules() if warm else []
+    return ServerConfig(
+        bwrap=bwrap,
+        server_view=[*server_view, ("dir", forkserver.STAGE, "")],
+        run_view=run_view,
+        env=script_env(Path("/"), isolated=True),
+        preload=preload,
+        warm=warm,
+        watched=tuple(preloaded_files(preload)),
+    )
 
 
 def file_signature(paths: Sequence[str]) -> tuple[int, ...]:

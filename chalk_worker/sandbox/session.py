@@ -32,10 +32,8 @@ from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
 from chalk_worker.sandbox import syscalls
-from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths, view_entries
+from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
-from chalk_worker.sandbox.environment import script_env
-from chalk_worker.sandbox.forkserver import STAGE
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import (
     TOKEN_VARIABLE,
@@ -50,14 +48,8 @@ from chalk_worker.sandbox.process import (
 )
 from chalk_worker.sandbox.pymain import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
-from chalk_worker.sandbox.servers import (
-    SERVER_SCRIPT,
-    ForkServerLost,
-    ForkServerPool,
-    ServerConfig,
-)
+from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
 from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
-from chalk_worker.sandbox.warm import preload_modules, preloaded_files
 
 log = logging.getLogger(__name__)
 
@@ -328,21 +320,7 @@ class Sandbox:
                 self._servers[warm] = None
                 return None
             assert self.layers.bwrap is not None
-            roots = self.readonly_roots
-            run_view = view_entries(readonly=roots, writable=[], tmp_bytes=1 << 20)
-            server_view = view_entries(
-                readonly=[*roots, SERVER_SCRIPT.parent], writable=[], tmp_bytes=1 << 20
-            )
-            preload = preload_modules() if warm else []
-            config = ServerConfig(
-                bwrap=self.layers.bwrap,
-                server_view=[*server_view, ("dir", STAGE, "")],
-                run_view=run_view,
-                env=script_env(Path("/"), isolated=True),
-                preload=preload,
-                warm=warm,
-                watched=tuple(preloaded_files(preload)),
-            )
+            config = server_config(self.layers.bwrap, self.readonly_roots, warm=warm)
             pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
             self._servers[warm] = pool
             return pool
