@@ -130,12 +130,12 @@ async def _score_embedded(
     from chalk_worker import metrics
     from chalk_worker.embedded import score_stream
 
-    metrics.stop_recording()  # nothing serves them here
-    async for result in score_stream(jobs, settings=settings, concurrency=concurrency):
-        out.write(result.model_dump_json() + "\n")
-        out.flush()
-        tally.add(result)
-        bar.update()
+    with metrics.not_recording():  # nothing serves them here
+        async for result in score_stream(jobs, settings=settings, concurrency=concurrency):
+            out.write(result.model_dump_json() + "\n")
+            out.flush()
+            tally.add(result)
+            bar.update()
 
 
 def _score(args: argparse.Namespace) -> int:

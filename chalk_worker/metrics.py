@@ -6,8 +6,8 @@ the executable judge, ``llm_request``/``llm_response`` from the LLM pool,
 ``rubric_verdicts`` from the rubric judge). ``serve`` exposes them over HTTP
 when ``CHALK_METRICS_PORT`` is set; with no port nothing is served, and
 recording costs a few counter increments. The metrics are made on first use,
-and ``chalk score`` (which serves none) turns recording off: it never imports
-``prometheus_client``.
+and ``chalk score`` (which serves none) records nothing while it scores: it
+never imports ``prometheus_client``.
 
 One process, one set of counters: with Celery's threads pool (the default) the
 worker is one process and its ``/metrics`` holds everything. With the prefork
@@ -137,13 +137,18 @@ def _recorded() -> _Metrics | None:
     return _metrics
 
 
-def stop_recording() -> None:
-    """Record nothing from now on in this process: it serves no metrics (``chalk score``).
+@contextmanager
+def not_recording() -> Iterator[None]:
+    """Record nothing in this process while the block runs: ``chalk score`` serves no metrics.
 
     Saves importing ``prometheus_client`` in a command that starts often.
     """
     global _recording
-    _recording = False
+    before, _recording = _recording, False
+    try:
+        yield
+    finally:
+        _recording = before
 
 
 class GradedVerdict(Protocol):
