@@ -27,6 +27,7 @@ from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
+from chalk_worker import cleanup
 from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
@@ -173,7 +174,8 @@ async def score_job_async(
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
     needs_folder = archive_file is not None or _needs_folder(job)
-    job_dir = make_job_dir(settings) if needs_folder else None
+    # The file system may keep a mkdir waiting: not on the event loop.
+    job_dir = await asyncio.to_thread(make_job_dir, settings) if needs_folder else None
     try:
         limits = settings.resolve(job.limits)
         steps, timings = await _score_steps(job, job_dir, limits, settings, archive_file)
@@ -186,8 +188,8 @@ async def score_job_async(
             f"internal error while scoring: {type(exc).__name__}: {exc}",
         )
     finally:
-        if job_dir is not None:
-            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        if job_dir is not None:  # after its scripts' scratch spaces, by the same cleaner
+            cleanup.later(functools.partial(shutil.rmtree, job_dir, True))
     timings["total"] = time.perf_counter() - started
     return JobResult(
         job_id=job.id,
@@ -231,7 +233,9 @@ def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobR
     Never raises for a job's content: misbehaviour and zeros are ``succeeded``
     results, system problems are ``failed`` results with ``error`` set.
     """
-    return _run(_score_then_close(job, settings))
+    result = _run(_score_then_close(job, settings))
+    cleanup.drain()  # no job folder is left when it returns
+    return result
 
 
 async def _score_then_close(job: ScoringJob, settings: ChalkSettings | None) -> JobResult:

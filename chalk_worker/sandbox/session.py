@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
+from chalk_worker import cleanup
 from chalk_worker.sandbox import syscalls
 from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
@@ -381,9 +383,8 @@ class Sandbox:
                         os.chmod(parent, 0o711)  # the slot user must reach the submission
                 yield session
             finally:
-                if mounted:
-                    _umount(scratch)
-                shutil.rmtree(scratch, ignore_errors=True)
+                # Unmounting waits for the kernel: done by the cleaner, not by this thread.
+                cleanup.later(functools.partial(_remove_scratch, scratch, mounted))
 
     def _mount_scratch(self, scratch: Path, size: int) -> bool:
         if not self._can_mount:
@@ -399,6 +400,12 @@ class Sandbox:
             )
             return False
         return True
+
+
+def _remove_scratch(scratch: Path, mounted: bool) -> None:
+    if mounted:
+        _umount(scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _umount(path: Path) -> None:
