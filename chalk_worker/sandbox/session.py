@@ -71,11 +71,18 @@ class SandboxSession:
         """Where the script's output file goes."""
 
     def visible(self, path: Path, readonly: Sequence[Path] = ()) -> bool:
-        """Whether ``path`` is inside the sandbox's view (always true without bubblewrap)."""
+        """Whether ``path`` is inside the sandbox's view (always true without bubblewrap).
+
+        Compared as text, as ``PurePath.parents`` would (no link resolved), but
+        without building every parent of every path: this runs for each
+        absolute path of each command.
+        """
         if not self.sandbox.layers.bwrap:
             return True
-        roots = [Path("/usr"), Path("/etc"), self.scratch, *self.sandbox.readonly_roots, *readonly]
-        return any(path == root or root in path.parents for root in roots)
+        text = str(path)
+        roots = ["/usr", "/etc", str(self.scratch), *self.sandbox.readonly_texts]
+        roots += [str(root) for root in readonly]
+        return any(_inside(text, root) for root in roots)
 
     def run(
         self,
@@ -262,6 +269,11 @@ class SandboxSession:
         return 0
 
 
+def _inside(path: str, root: str) -> bool:
+    """Whether the path ``path`` is ``root`` or below it (both as ``str(Path)`` writes them)."""
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
+
+
 def _startable(program: str, cwd: Path, path: str | None) -> bool:
     """Whether ``program`` names an executable file, as the command will look it up.
 
@@ -283,6 +295,7 @@ class Sandbox:
         self.layers.require(settings.sandbox_require)
         announce(self.layers)
         self.readonly_roots = [*python_paths(), *(Path(p) for p in settings.sandbox_paths)]
+        self.readonly_texts = [str(root) for root in self.readonly_roots]
         self.pool: SlotPool | None = None
         if "user" in self.layers.available:
             self.pool = SlotPool(
