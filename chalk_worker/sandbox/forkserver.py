@@ -57,7 +57,6 @@ import resource  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import stat  # noqa: E402
-import types  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 STAGE = "/.chalk-run"
@@ -65,21 +64,24 @@ STAGE = "/.chalk-run"
 MAX_FDS = 64
 """Descriptors one run request may carry."""
 
+
+def _sibling(name: str) -> Any:
+    """A module of this folder, loaded by path and not registered in ``sys.modules``.
+
+    Scripts must not see, or import, the server's own code.
+    """
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_chalk_fork_server_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 if TYPE_CHECKING:
     from chalk_worker.sandbox import pymain, syscalls
-else:
-
-    def _sibling(name: str) -> types.ModuleType:
-        # Loaded by path and not registered: scripts must not see (or import) them.
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-        spec = importlib.util.spec_from_file_location(f"_chalk_fork_server_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    if __name__ == "__main__":
-        syscalls = _sibling("syscalls")
-        pymain = _sibling("pymain")
+elif __name__ == "__main__":
+    syscalls = _sibling("syscalls")  # pymain too, once the configuration asks for warm runs
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -146,11 +148,9 @@ def plan_root(view: list[list[str]]) -> list[Step]:
             steps.append(("bind", target, path))
             bound.append(path)
         elif kind == "proc":
+            # bubblewrap also binds /proc/sys, /proc/irq... read-only again: it may run its
+            # command as root of a user namespace. A run here has no capability at all.
             steps += [("mkdir", target, ""), ("proc", target, "")]
-            # Read-only, as bubblewrap leaves them (those this kernel has).
-            for name in ("sys", "sysrq-trigger", "irq", "bus"):
-                if os.path.exists(f"/proc/{name}"):
-                    steps.append(("readonly", f"{target}/{name}", ""))
         elif kind == "dev":
             steps += [("mkdir", target, ""), ("bind", target, "/dev")]
         elif kind == "tmpfs":
@@ -177,10 +177,6 @@ def _build_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
             # Processes of other users (the server, the sandbox's init) are not even listed.
             proc_flags = flags | syscalls.MS_NOEXEC
             syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
-        elif action == "readonly":
-            syscalls.mount(target, target, None, syscalls.MS_BIND | syscalls.MS_REC)
-            remount = syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY
-            syscalls.mount(None, target, None, remount | flags | syscalls.MS_NOEXEC)
         elif action == "tmpfs":
             size = f"mode=0755,size={request['tmp_bytes']}"
             syscalls.mount("tmpfs", target, "tmpfs", flags, size)
@@ -354,6 +350,9 @@ def serve(fd: int) -> None:
     _harden()
     plan = plan_root(config["view"])
     note = _preload(config["preload"]) if config["warm"] else ""
+    if config["warm"]:
+        global pymain
+        pymain = _sibling("pymain")
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
         warm = None
