@@ -47,7 +47,6 @@ _STARTUP_MODULES = frozenset(sys.modules)
 _STARTUP_PATH = list(sys.path)
 
 import array  # noqa: E402 - after recording what a bare interpreter has
-import contextlib  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
@@ -198,31 +197,39 @@ def _build_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
     os.chdir("/")
 
 
-def _exec(argv: list[str], env: dict[str, str]) -> int:
-    """Execute ``argv`` with ``env``, searching ``env``'s ``PATH`` as the C library's
-    ``execvp`` does (``/bin/sh`` for a file without ``#!``); else the ``errno``."""
+def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """Start ``argv`` with ``env``: ``(pid, 0)``, or ``(0, errno)`` if it cannot be executed.
+
+    ``env``'s ``PATH`` is searched as the C library's ``execvp`` does, with
+    ``/bin/sh`` for a file without ``#!``. ``posix_spawn`` (a ``vfork``): the
+    child does not copy this process's memory, so neither it nor an ``exec``
+    has a copy to tear down before the command starts.
+    """
     program = argv[0]
     if "/" in program:
         candidates = [program]
     else:
         folders = env.get("PATH", "/bin:/usr/bin").split(":")
         candidates = [os.path.join(folder or ".", program) for folder in folders]
+    defaults = (signal.SIGPIPE, signal.SIGXFSZ)  # as subprocess's restore_signals
     error = errno.ENOENT
     denied = False
     for candidate in candidates:
         try:
-            os.execve(candidate, argv, env)
+            return os.posix_spawn(candidate, argv, env, setsigdef=defaults), 0
         except OSError as exc:
             if exc.errno == errno.ENOEXEC:
-                with contextlib.suppress(OSError):
-                    os.execve("/bin/sh", ["/bin/sh", candidate, *argv[1:]], env)
-                return exc.errno
+                shell = ["/bin/sh", candidate, *argv[1:]]
+                try:
+                    return os.posix_spawn("/bin/sh", shell, env, setsigdef=defaults), 0
+                except OSError:
+                    return 0, errno.ENOEXEC
             if exc.errno == errno.EACCES:
                 denied = True
             elif exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ESTALE, errno.ENODEV):
-                return exc.errno or errno.ENOENT
+                return 0, exc.errno or errno.ENOENT
             error = exc.errno or errno.ENOENT
-    return errno.EACCES if denied else error
+    return 0, errno.EACCES if denied else error
 
 
 def _become_program(
@@ -263,11 +270,11 @@ def _become_program(
             os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1] + 1)
             gc.enable()
             warm.run_main(argv, command, [(str(k), str(v)) for k, v in request["env"]])
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
-            signal.signal(number, signal.SIG_DFL)
         syscalls.cloexec_from(3)
-        error = _exec(argv, dict(request["env"]))
-        os.write(started, f"exec: {error}".encode())
+        spawned, error = _spawn(argv, dict(request["env"]))
+        # This process ends now: the command goes to the server, the subreaper.
+        os.write(started, f"spawned: {spawned}".encode() if spawned else f"exec: {error}".encode())
+        os._exit(0)
     except BaseException as exc:  # nothing of the job ran yet
         os.write(started, f"setup: {type(exc).__name__}: {exc}".encode())
     os._exit(127)
@@ -286,12 +293,16 @@ def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -
     return ""
 
 
+_reaped: dict[int, int] = {}
+"""Wait statuses of children reaped while the server waited for another one."""
+
+
 def _reap_until(program: int) -> int:
     """Reap children (the run's orphans come to this subreaper) until ``program`` ends."""
-    while True:
+    while program not in _reaped:
         pid, status = os.waitpid(-1, 0)
-        if pid == program:
-            return status
+        _reaped[pid] = status
+    return _reaped.pop(program)
 
 
 def _kill_leftovers() -> None:
@@ -299,11 +310,12 @@ def _kill_leftovers() -> None:
     try:
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
-        return  # nothing was left
+        pass  # nothing was left
     while True:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
+            _reaped.clear()
             return
 
 
@@ -320,10 +332,13 @@ def _serve_one(
         for fd in (*fds, started_w):
             os.close(fd)
     status = _reap_until(program)
+    # The process that set the run up has ended: all it said of the start is in the pipe.
+    start = _read_all(started_r).decode(errors="replace")
+    if start.startswith("spawned: "):  # a cold run: the command is the one to wait for
+        status = _reap_until(int(start.removeprefix("spawned: ")))
+        start = ""
     _kill_leftovers()
-    # Every writer of the pipe is gone now: what the program said of its start is all there.
-    start = _read_all(started_r)
-    _send(sock, {"start": start.decode(errors="replace"), "end": str(status)})
+    _send(sock, {"start": start, "end": str(status)})
 
 
 def _harden() -> None:
