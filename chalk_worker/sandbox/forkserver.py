@@ -6,11 +6,13 @@ needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``), not dumpable, with
 ``no_new_privs``. It imports the modules scripts commonly use, then serves one
 run at a time and never runs job code itself:
 
-- per run, the server forks the **program**, which joins the slot's cgroups,
-  takes new mount, IPC and cgroup namespaces, builds a fresh root there (the
-  server's view plus the job's submission, scratch and named paths, handed
-  over as detached mounts, and a ``/proc`` that shows only the run's own
-  processes), and becomes the command: stdin ``/dev/null``, stdout
+- ahead of each run, the server forks a **spare** process, which takes new mount
+  and IPC namespaces and builds most of a fresh root there (the server's view,
+  a ``/proc`` that lists only the run's own processes, a private ``/tmp``);
+- when a run comes, the spare gets the request and becomes the **program**: it
+  joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
+  scratch and named paths (handed over as detached mounts) to its root, chroots
+  into it, and becomes the command: stdin ``/dev/null``, stdout
   and stderr on the worker's pipes, working folder, umask, rlimits, the slot's
   uid and gid with no groups and no capabilities, the user keyring emptied;
   then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
@@ -47,6 +49,7 @@ _STARTUP_MODULES = frozenset(sys.modules)
 _STARTUP_PATH = list(sys.path)
 
 import array  # noqa: E402 - after recording what a bare interpreter has
+import contextlib  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
@@ -157,8 +160,12 @@ def plan_root(view: list[list[str]]) -> list[Step]:
     return steps
 
 
-def _build_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
-    """Make the run's root at ``STAGE`` and switch to it (in the run's own mount namespace)."""
+def _build_root(plan: list[Step]) -> None:
+    """Make the part of a run's root that does not depend on the job, at ``STAGE``.
+
+    In the (spare) run process's own mount namespace; ``_finish_root`` adds the
+    job's part when the request comes.
+    """
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     syscalls.mount("tmpfs", STAGE, "tmpfs", flags)
@@ -176,9 +183,17 @@ def _build_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
             # Processes of other users (the server, the sandbox's init) are not even listed.
             proc_flags = flags | syscalls.MS_NOEXEC
             syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
-        elif action == "tmpfs":
-            size = f"mode=0755,size={request['tmp_bytes']}"
-            syscalls.mount("tmpfs", target, "tmpfs", flags, size)
+        elif action == "tmpfs":  # its size is the run's: set again by _finish_root
+            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
+
+
+def _finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
+    """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    size = f"mode=0755,size={request['tmp_bytes']}"
+    for action, target, _ in plan:
+        if action == "tmpfs":
+            syscalls.mount(None, target, None, syscalls.MS_REMOUNT | flags, size)
     for path, fd in zip(request["mounts"], mount_fds, strict=True):
         target = STAGE + path
         if not os.path.lexists(target):  # it may be in a folder attached before it
@@ -232,20 +247,73 @@ def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
     return 0, errno.EACCES if denied else error
 
 
+class _Spare:
+    """A process forked for the next run ahead of it, its namespaces and root mostly made.
+
+    It waits for the request on ``hand``; what it says of the run's start comes
+    back on ``started``.
+    """
+
+    def __init__(self, pid: int, hand: socket.socket, started: int) -> None:
+        self.pid = pid
+        self.hand = hand
+        self.started = started
+
+
+def _make_spare(
+    server: socket.socket, plan: list[Step], warm: "pymain.Interpreter | None"
+) -> _Spare:
+    """Fork the process of the next run (done between runs: off their path)."""
+    hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    started_r, started_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        server.close()  # this process's copy: the worker's socket is not the run's business
+        hand.close()
+        os.close(started_r)
+        _wait_as_spare(theirs, started_w, plan, warm)
+    theirs.close()
+    os.close(started_w)
+    return _Spare(pid, hand, started_r)
+
+
+def _wait_as_spare(
+    hand: socket.socket, started: int, plan: list[Step], warm: "pymain.Interpreter | None"
+) -> NoReturn:
+    """A spare: make its namespaces and root, wait for its request, become the run."""
+    gc.disable()  # nothing to collect before exec (a warm run turns it back on)
+    problem = ""
+    try:
+        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
+        os.umask(0o022)
+        _build_root(plan)
+    except BaseException as exc:
+        problem = f"setup: {type(exc).__name__}: {exc}"
+    try:
+        data, fds = _receive(hand)
+    except BaseException:
+        os._exit(1)
+    hand.close()
+    if not data:
+        os._exit(0)  # the server is gone, or it replaces this spare
+    if problem:
+        os.write(started, problem.encode())
+        os._exit(127)
+    _become_program(fds, started, plan, warm)
+
+
 def _become_program(
     fds: list[int], started: int, plan: list[Step], warm: "pymain.Interpreter | None"
 ) -> NoReturn:
-    """The run's process: its set-up, then the command (exec or warm). Never returns."""
-    gc.disable()  # nothing to collect before exec (a warm run turns it back on)
+    """The run's process: the job's set-up, then the command (exec or warm). Never returns."""
     try:
         request = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
         count = request["cgroups"]
         stdout, stderr = fds[1], fds[2]
         for fd in fds[3 : 3 + count]:
             os.write(fd, b"0")  # 0: the writer itself; its children follow
-        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWCGROUP)
-        os.umask(0o022)
-        _build_root(plan, request, fds[3 + count :])
+        syscalls.unshare(syscalls.CLONE_NEWCGROUP)  # its root: the slot's groups
+        _finish_root(plan, request, fds[3 + count :])
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(stdout, 1)
@@ -307,10 +375,8 @@ def _reap_until(program: int) -> int:
 
 def _kill_leftovers() -> None:
     """Kill and reap every process the run left: all of this PID namespace but init and us."""
-    try:
+    with contextlib.suppress(ProcessLookupError):  # nothing was left
         os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # nothing was left
     while True:
         try:
             os.waitpid(-1, 0)
@@ -319,21 +385,19 @@ def _kill_leftovers() -> None:
             return
 
 
-def _serve_one(
-    sock: socket.socket, fds: list[int], plan: list[Step], warm: "pymain.Interpreter | None"
-) -> None:
-    started_r, started_w = os.pipe2(os.O_CLOEXEC)
+def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
+    """Hand one run to ``spare`` and report its end (``spare`` is used up)."""
     try:
-        program = os.fork()
-        if program == 0:
-            os.close(started_r)
-            _become_program(fds, started_w, plan, warm)
+        spare.hand.sendmsg(
+            [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        )
     finally:
-        for fd in (*fds, started_w):
+        spare.hand.close()
+        for fd in fds:
             os.close(fd)
-    status = _reap_until(program)
+    status = _reap_until(spare.pid)
     # The process that set the run up has ended: all it said of the start is in the pipe.
-    start = _read_all(started_r).decode(errors="replace")
+    start = _read_all(spare.started).decode(errors="replace")
     if start.startswith("spawned: "):  # a cold run: the command is the one to wait for
         status = _reap_until(int(start.removeprefix("spawned: ")))
         start = ""
@@ -378,6 +442,7 @@ def serve(fd: int) -> None:
         stream.flush()  # a fork must not inherit anything buffered
     gc.collect()
     gc.freeze()  # forks then copy fewer pages: the collector does not touch old objects
+    spare = _make_spare(sock, plan, warm)
     _send(sock, {"ready": True, "warm": warm is not None, "note": note})
     while True:
         try:
@@ -392,11 +457,12 @@ def serve(fd: int) -> None:
             _send(sock, {"start": "setup: malformed request"})
             continue
         try:
-            _serve_one(sock, fds, plan, warm)
+            _serve_one(sock, fds, spare)
         except (BrokenPipeError, ConnectionError):
             return
         except Exception as exc:  # the server itself must go on
             print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
+        spare = _make_spare(sock, plan, warm)  # for the next run, while the worker reads this one
 
 
 if __name__ == "__main__":
