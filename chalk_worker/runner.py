@@ -31,7 +31,7 @@ from chalk_worker import cleanup
 from chalk_worker.judges import JudgeContext, LLMBudget, evaluate
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
-from chalk_worker.workdirs import make_job_dir, sweep_stale_job_dirs
+from chalk_worker.workdirs import job_dir_name, sweep_stale_job_dirs
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -86,6 +86,8 @@ def _needs_folder(job: ScoringJob) -> bool:
 def _collect(
     job: ScoringJob, job_dir: Path, limits: ResolvedLimits, archive_file: Path | None
 ) -> list[Path]:
+    """Make the job's folder and unpack its submission there (one thread hop for both)."""
+    job_dir.mkdir(mode=0o700)
     submission_dir = job_dir / "submission"
     submission_dir.mkdir()
     unpack = functools.partial(
@@ -174,8 +176,8 @@ async def score_job_async(
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
     needs_folder = archive_file is not None or _needs_folder(job)
-    # The file system may keep a mkdir waiting: not on the event loop.
-    job_dir = await asyncio.to_thread(make_job_dir, settings) if needs_folder else None
+    # Made by _collect, in a thread: the file system may keep a mkdir waiting.
+    job_dir = job_dir_name(settings) if needs_folder else None
     try:
         limits = settings.resolve(job.limits)
         steps, timings = await _score_steps(job, job_dir, limits, settings, archive_file)

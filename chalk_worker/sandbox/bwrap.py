@@ -10,6 +10,7 @@ for it: not ``/root``, not ``/home``, not the worker's job folders.
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import sys
@@ -46,14 +47,19 @@ def python_paths() -> list[Path]:
     return sorted(found)
 
 
-def import_roots() -> list[str]:
-    """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import."""
-    roots = []
+@functools.cache
+def import_roots() -> tuple[str, ...]:
+    """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import.
+
+    Found once per process (the packages do not move): every script's
+    environment names them.
+    """
+    roots: list[str] = []
     for name in ("tasks", "chalk_client"):
         package = _package_dir(name)
         if package is not None and str(package.parent) not in roots:
             roots.append(str(package.parent))
-    return roots
+    return tuple(roots)
 
 
 def _covered(path: Path, binds: Iterable[Path]) -> bool:
