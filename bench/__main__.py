@@ -25,6 +25,7 @@ BENCHMARKS = (
     "throughput",
     "latency",
     "sandbox",
+    "codegen",
     "rubric",
     "inprocess",
     "batch",

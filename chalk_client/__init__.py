@@ -1,7 +1,13 @@
-"""Chalk Queue's client: models, judges and the ``chalk`` command."""
+"""Chalk Queue's client: models, judges and the ``chalk`` command.
 
-from chalk_client.async_client import AsyncBatch, AsyncChalkClient, AsyncJobHandle
-from chalk_client.client import Batch, ChalkClient, JobHandle
+The client classes (``ChalkClient``, ``AsyncChalkClient``, their batches and
+handles, ``BatchSummary``) are imported on first use: they bring Redis and
+kombu along, which ``chalk score`` without a cluster never needs.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from chalk_client.errors import (
     ChalkError,
     InvalidJobError,
@@ -13,8 +19,33 @@ from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, Limits
 from chalk_client.submission import Submission
-from chalk_client.summary import BatchSummary
 from chalk_client.transcript import Message, Transcript
+
+if TYPE_CHECKING:
+    from chalk_client.async_client import AsyncBatch, AsyncChalkClient, AsyncJobHandle
+    from chalk_client.client import Batch, ChalkClient, JobHandle
+    from chalk_client.summary import BatchSummary
+
+_ON_FIRST_USE = {
+    "AsyncBatch": "chalk_client.async_client",
+    "AsyncChalkClient": "chalk_client.async_client",
+    "AsyncJobHandle": "chalk_client.async_client",
+    "Batch": "chalk_client.client",
+    "BatchSummary": "chalk_client.summary",
+    "ChalkClient": "chalk_client.client",
+    "JobHandle": "chalk_client.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The client classes, imported when first asked for (see the module's docstring)."""
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chalk_client' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncBatch",

@@ -14,7 +14,6 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from chalk_client import ops_cli, report_cli
-from chalk_client.cluster_cli import run_flower, run_status, run_worker, score_on_cluster
 from chalk_client.errors import ChalkError, ConfigurationError
 from chalk_client.jobs import ScoringJob
 from chalk_client.progress import ProgressBar, ResultSink, Tally
@@ -160,14 +159,19 @@ def _load_jobs(args: argparse.Namespace) -> tuple[list[ScoringJob], list[BadLine
 
 
 async def _score_embedded(
-    jobs: Iterator[ScoringJob], sink: ResultSink, concurrency: int | None
+    jobs: Iterator[ScoringJob],
+    sink: ResultSink,
+    concurrency: int | None,
+    settings: ChalkSettings,
 ) -> None:
     # The embedded queue runs the worker's own runner in this process: the one place
     # the client reaches into chalk_worker, and only when no cluster is configured.
+    from chalk_worker import metrics
     from chalk_worker.embedded import score_stream
 
-    async for result in score_stream(jobs, concurrency=concurrency):
-        sink.write(result)
+    with metrics.not_recording():  # nothing serves them here
+        async for result in score_stream(jobs, settings=settings, concurrency=concurrency):
+            sink.write(result)
 
 
 def _trace_skipped(
@@ -223,9 +227,11 @@ def _score(args: argparse.Namespace) -> int:
                     "cluster each worker sets its own (chalk worker --concurrency N)",
                     file=sys.stderr,
                 )
+            from chalk_client.cluster_cli import score_on_cluster  # Redis only when used
+
             score_on_cluster(todo, sink, rescore=args.rescore)
         else:
-            asyncio.run(_score_embedded(iter(todo), sink, args.concurrency))
+            asyncio.run(_score_embedded(iter(todo), sink, args.concurrency, settings))
     bar.close()
     print(tally.summary(), file=sys.stderr)
     if bad:
@@ -244,15 +250,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv else ""
+    # The cluster's commands import Redis and kombu (cluster_cli): `chalk score` without
+    # a cluster never needs them, so they are imported only by the commands that do.
     try:
         if command == "worker":
+            from chalk_client.cluster_cli import run_worker
+
             return run_worker(argv[1:])
         if command == "flower":
+            from chalk_client.cluster_cli import run_flower
+
             return run_flower(argv[1:])
         args = _parser().parse_args(argv)
         if args.command == "score":
             return _score(args)
         if args.command == "status":
+            from chalk_client.cluster_cli import run_status
+
             return run_status(args.target)
         if args.command == report_cli.COMMAND:
             return report_cli.run_report(args)

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chalk_client.client import ChalkClient
-from chalk_client.cluster.connection import redacted
-from chalk_client.eta import batch_progress
-from chalk_client.health import check_health
-from chalk_client.purge import purge_batch, purge_queue
-from chalk_client.retry import retry_failed
 from chalk_client.settings import ChalkSettings
-from chalk_client.summary import BatchSummary
+
+if TYPE_CHECKING:
+    from chalk_client.client import ChalkClient
+    from chalk_client.summary import BatchSummary
 
 COMMANDS = ("health", "purge", "retry")
 """The subcommands this module adds to ``chalk``."""
@@ -53,6 +50,9 @@ def add_commands(commands: Any) -> None:
 
 
 def _cluster(command: str) -> ChalkClient | None:
+    # Imported here: building the parser of every ``chalk`` command must stay cheap.
+    from chalk_client.client import ChalkClient
+
     settings = ChalkSettings()
     if settings.redis_url:
         return ChalkClient(settings=settings)
@@ -65,6 +65,8 @@ def _cluster(command: str) -> ChalkClient | None:
 
 
 def _health(client: ChalkClient) -> int:
+    from chalk_client.health import check_health
+
     settings = client.settings
     broker_is_redis = not settings.broker_url or settings.broker_url == client.redis_url
     report = check_health(
@@ -80,6 +82,9 @@ def _health(client: ChalkClient) -> int:
 
 
 def _purge(client: ChalkClient, args: argparse.Namespace) -> int:
+    from chalk_client.cluster.connection import redacted
+    from chalk_client.purge import purge_batch, purge_queue
+
     if args.batch:
         if not args.yes:
             print(
@@ -104,6 +109,8 @@ def _purge(client: ChalkClient, args: argparse.Namespace) -> int:
 
 
 def _retry(client: ChalkClient, args: argparse.Namespace) -> int:
+    from chalk_client.retry import retry_failed
+
     report = retry_failed(client, args.failed)
     print(report.render())
     if args.wait and report.retry is not None:
@@ -127,5 +134,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def eta_line(client: ChalkClient, summary: BatchSummary) -> str | None:
     """The batch's pace and ETA for ``chalk status BATCH`` (``None`` if unknown)."""
+    from chalk_client.eta import batch_progress
+
     progress = batch_progress(client.store, summary)
     return None if progress is None else progress.render()

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chalk_client.client import ChalkClient
 from chalk_client.errors import ConfigurationError
 from chalk_client.progress import Tally, describe_causes, plural
 from chalk_client.report import analyze, read_batch, read_results_file, render_page, write_csv
@@ -68,6 +67,8 @@ def _load(args: argparse.Namespace) -> Results:
             "chalk report --batch reads the cluster: set CHALK_REDIS_URL to its Redis, e.g. "
             "CHALK_REDIS_URL=redis://127.0.0.1:6379/0"
         )
+    from chalk_client.client import ChalkClient  # Redis only for a batch on the cluster
+
     with ChalkClient(settings=settings) as client:
         return read_batch(client, args.batch)
 

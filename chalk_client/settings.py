@@ -180,6 +180,9 @@ class ChalkSettings(BaseSettings):
     """Where slots are claimed (one lock file per slot, machine-wide)."""
     sandbox_tune_cgroups: bool = True
     """Let a root worker turn on ``favordynmods`` on the cgroup2 mount (cheap cgroup moves)."""
+    warm_python: bool = True
+    """Run ``{python}`` scoring scripts warm: forked from an interpreter already started in
+    the sandbox, instead of starting a new one (false: every script starts cold)."""
 
     _split = field_validator(
         "task_modules", "allowed_commands", "sandbox_require", "sandbox_paths", mode="before"

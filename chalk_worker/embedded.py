@@ -26,9 +26,8 @@ from chalk_client.judge_specs import (
     RubricJudge,
 )
 from chalk_client.settings import ChalkSettings
-from chalk_worker.llm import LLMServer
+from chalk_worker import cleanup
 from chalk_worker.runner import default_settings, score_job_async, start_in_process, wait_for
-from chalk_worker.sandbox.policy import check_command
 from chalk_worker.tasks_loader import failures_note, load_task_modules
 
 DEFAULT_CONCURRENCY = 32
@@ -130,6 +129,18 @@ def score_jobs(
     called in the calling thread. Interrupting the call (Ctrl-C) cancels the
     jobs still in flight.
     """
+    try:
+        return _score_jobs(jobs, concurrency, progress, settings)
+    finally:
+        cleanup.drain()  # no job folder is left when it returns
+
+
+def _score_jobs(
+    jobs: Iterable[ScoringJob],
+    concurrency: int | None,
+    progress: Progress | None,
+    settings: ChalkSettings | None,
+) -> list[JobResult]:
     if progress is None:
         return wait_for(
             start_in_process(score_jobs_async(jobs, concurrency=concurrency, settings=settings))
@@ -176,8 +187,12 @@ def check_judge(judge: JudgeSpec, settings: ChalkSettings | None = None) -> None
             if isinstance(part, CustomJudge):
                 registered_judge(part.name)
             elif isinstance(part, ExecutableJudge):
+                from chalk_worker.sandbox.policy import check_command
+
                 check_command(part.command, settings.allowed_commands)
             elif isinstance(part, RubricJudge):
+                from chalk_worker.llm import LLMServer  # the LLM client only where needed
+
                 LLMServer.from_settings(settings)
                 for context in part.context:
                     if isinstance(context, CustomContext):

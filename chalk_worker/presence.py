@@ -28,6 +28,7 @@ from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.settings import ChalkSettings
 from chalk_worker.llm import configured_api_key, configured_base_url
 from chalk_worker.sandbox import detect_layers
+from chalk_worker.sandbox.warm import warm_python_report
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def start_presence(
         started=now,
         seen=now,
         version=chalk_version(),
-        sandbox=layers.report(),
+        sandbox=[*layers.report(), warm_python_report(settings, layers)],
         metrics_port=metrics_port,
         llm_server=redacted(configured_base_url(settings)),
         llm_model=settings.rubric_model,

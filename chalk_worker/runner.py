@@ -15,6 +15,7 @@ import mmap
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -27,12 +28,12 @@ from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
 from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
+from chalk_worker import cleanup
 from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
-from chalk_worker.llm import close_llm_clients
 from chalk_worker.process_loop import process_loop
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
-from chalk_worker.workdirs import make_job_dir, sweep_stale_job_dirs
+from chalk_worker.workdirs import job_dir_name, sweep_stale_job_dirs
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -106,6 +107,8 @@ def _needs_folder(job: ScoringJob) -> bool:
 def _collect(
     job: ScoringJob, job_dir: Path, limits: ResolvedLimits, archive_file: Path | None
 ) -> list[Path]:
+    """Make the job's folder and unpack its submission there (one thread hop for both)."""
+    job_dir.mkdir(mode=0o700)
     submission_dir = job_dir / "submission"
     submission_dir.mkdir()
     unpack = functools.partial(
@@ -198,7 +201,8 @@ async def score_job_async(
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
     needs_folder = archive_file is not None or _needs_folder(job)
-    job_dir = make_job_dir(settings) if needs_folder else None
+    # Made by _collect, in a thread: the file system may keep a mkdir waiting.
+    job_dir = job_dir_name(settings) if needs_folder else None
     try:
         limits = settings.resolve(job.limits)
         steps, timings = await _score_steps(job, job_dir, limits, settings, archive_file)
@@ -211,8 +215,8 @@ async def score_job_async(
             f"internal error while scoring: {type(exc).__name__}: {exc}",
         )
     finally:
-        if job_dir is not None:
-            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        if job_dir is not None:  # after its scripts' scratch spaces, by the same cleaner
+            cleanup.later(functools.partial(shutil.rmtree, job_dir, True))
     timings["total"] = time.perf_counter() - started
     return JobResult(
         job_id=job.id,
@@ -245,7 +249,9 @@ def start_in_process(coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.F
         try:
             return await coroutine
         finally:
-            await close_llm_clients()
+            llm = sys.modules.get("chalk_worker.llm")  # imported once a rubric judge ran
+            if llm is not None:
+                await llm.close_llm_clients()
 
     def target() -> None:
         try:
@@ -280,4 +286,6 @@ def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobR
     that loop's thread until the job is done; prefer ``score_job_async`` there).
     For many jobs at once from one thread, ``score_jobs``.
     """
-    return wait_for(start_in_process(score_job_async(job, settings=settings)))
+    result = wait_for(start_in_process(score_job_async(job, settings=settings)))
+    cleanup.drain()  # no job folder is left when it returns
+    return result

@@ -31,6 +31,15 @@ def make_job_dir(settings: ChalkSettings) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=settings.work_dir))
 
 
+def job_dir_name(settings: ChalkSettings) -> Path:
+    """The path of a new job folder (not made yet: ``mkdir(mode=0o700)`` it where it suits).
+
+    Named as ``make_job_dir`` names them, with 64 random bits: the sweep finds it.
+    """
+    root = settings.work_dir or tempfile.gettempdir()
+    return Path(root) / f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import redis
+from prometheus_client import REGISTRY
 
 from chalk_client import Message, Transcript
+
+STARTED_MARKER = "chalk-test: started "
+"""What a test script prints to stderr first, then ``warm`` or ``cold``."""
+WARM_PROBE = (
+    "import sys as _sys\n"
+    f"print({STARTED_MARKER!r} + ('warm' if 'runpy' in _sys.modules else 'cold'), "
+    "file=_sys.stderr, flush=True)\n"
+)
+"""A script's first lines: say how it started (a cold ``python script.py`` has no ``runpy``)."""
 
 
 def say(*texts: str) -> Transcript:
@@ -15,3 +25,8 @@ def say(*texts: str) -> Transcript:
 def held_count(store: redis.Redis) -> int:
     """Messages workers took from the queue and have not acknowledged (all held lists)."""
     return sum(int(store.llen(key)) for key in store.scan_iter("chalk:held:*", count=1000))
+
+
+def starts(how: str) -> float:
+    """Scripts started so far in this process by ``how`` (``warm``, ``forked``, ``direct``)."""
+    return REGISTRY.get_sample_value("chalk_sandbox_starts_total", {"how": how}) or 0.0

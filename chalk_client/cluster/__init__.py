@@ -9,17 +9,53 @@ the worker's leases, deliveries, reconciler, presence and rate limiter are thin
 I/O shells over it.
 """
 
-from chalk_client.cluster import keys
-from chalk_client.cluster.connection import connect, connect_async, redacted, shown_url
-from chalk_client.cluster.messages import TASK_NAME, QueueMessage, queue_message, task_queue
-from chalk_client.cluster.presence import WorkerPresence
-from chalk_client.cluster.script import (
-    SCRIPTS,
-    Pipeline,
-    Script,
-    run_pipeline,
-    run_pipeline_async,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chalk_client.cluster import keys
+    from chalk_client.cluster.connection import connect, connect_async, redacted, shown_url
+    from chalk_client.cluster.messages import TASK_NAME, QueueMessage, queue_message, task_queue
+    from chalk_client.cluster.presence import WorkerPresence
+    from chalk_client.cluster.script import (
+        SCRIPTS,
+        Pipeline,
+        Script,
+        run_pipeline,
+        run_pipeline_async,
+    )
+
+# Each name from the module that defines it, on first use: importing one part of the
+# protocol (``keys``, say) does not load redis-py and kombu.
+_HOMES = {
+    "keys": "",
+    "connect": "connection",
+    "connect_async": "connection",
+    "redacted": "connection",
+    "shown_url": "connection",
+    "TASK_NAME": "messages",
+    "QueueMessage": "messages",
+    "queue_message": "messages",
+    "task_queue": "messages",
+    "WorkerPresence": "presence",
+    "SCRIPTS": "script",
+    "Pipeline": "script",
+    "Script": "script",
+    "run_pipeline": "script",
+    "run_pipeline_async": "script",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not home:
+        return importlib.import_module(f"{__name__}.{name}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "SCRIPTS",

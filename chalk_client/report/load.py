@@ -6,14 +6,16 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from chalk_client.client import ChalkClient
-from chalk_client.cluster.connection import redacted
 from chalk_client.errors import ConfigurationError, QueueError
 from chalk_client.jobs import JobResult
 from chalk_client.rollouts import RESULT_START
+
+if TYPE_CHECKING:
+    from chalk_client.client import ChalkClient
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ def read_batch(client: ChalkClient, batch_id: str) -> Results:
 
     Raises ``QueueError`` when the batch is unknown (never submitted, or expired).
     """
+    from chalk_client.cluster.connection import redacted
+
     ids = list(dict.fromkeys(client.store.batch_ids(batch_id)))
     if not ids:
         raise QueueError(

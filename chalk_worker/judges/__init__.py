@@ -1,18 +1,10 @@
-"""The judge evaluators, one module per judge type, registered by importing them here."""
+"""The judge evaluators, one module per judge type, found through the registry in ``base``.
 
-from chalk_worker.judges import always_pass, combine, custom, executable, regex, rubric
+Each module registers its evaluator when imported; ``base.evaluate`` imports
+the module of a judge type the first time a judge of that type is scored, so a
+process scoring regex judges never loads the sandbox or the LLM client.
+"""
+
 from chalk_worker.judges.base import JudgeContext, JudgeWaits, LLMBudget, evaluate, evaluator
 
-__all__ = [
-    "JudgeContext",
-    "JudgeWaits",
-    "LLMBudget",
-    "always_pass",
-    "combine",
-    "custom",
-    "evaluate",
-    "evaluator",
-    "executable",
-    "regex",
-    "rubric",
-]
+__all__ = ["JudgeContext", "JudgeWaits", "LLMBudget", "evaluate", "evaluator"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +65,18 @@ EVALUATORS: Registry[Evaluator] = Registry(
     "judge evaluator", "add a module to chalk_worker/judges/ with an @evaluator function"
 )
 """One evaluator per judge ``type``."""
+_import_lock = threading.Lock()
+
+MODULES = {
+    "all": "combine",
+    "always_pass": "always_pass",
+    "any": "combine",
+    "custom": "custom",
+    "executable": "executable",
+    "regex": "regex",
+    "rubric": "rubric",
+}
+"""The module of ``chalk_worker.judges`` that registers each judge type's evaluator."""
 
 
 def evaluator(kind: str) -> Callable[[_E], _E]:
@@ -70,7 +84,15 @@ def evaluator(kind: str) -> Callable[[_E], _E]:
     return EVALUATORS.register(kind)
 
 
+def evaluator_of(kind: str) -> Evaluator:
+    """The evaluator of judges of type ``kind``, its module imported on first use."""
+    if kind not in EVALUATORS and kind in MODULES:
+        with _import_lock:
+            importlib.import_module(f"chalk_worker.judges.{MODULES[kind]}")
+    return EVALUATORS[kind]
+
+
 async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
     """Judge one step with the evaluator registered for the judge's type."""
     with metrics.judge_timer(judge.type):
-        return await EVALUATORS[judge.type](judge, context)
+        return await evaluator_of(judge.type)(judge, context)

@@ -12,17 +12,20 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, evaluator
-from chalk_worker.sandbox.bwrap import import_roots
+from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.session import SandboxSession, get_sandbox
+from chalk_worker.sandbox.pymain import parse_python_command
+
+if TYPE_CHECKING:
+    from chalk_worker.sandbox.session import SandboxSession
 
 GRADER_ERROR = ZeroCause.GRADER_ERROR
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
@@ -43,23 +46,6 @@ def _executor() -> ThreadPoolExecutor:
         pool = ThreadPoolExecutor(subprocess_slots(), thread_name_prefix="chalk-sandbox")
         _pool = (os.getpid(), pool)
     return _pool[1]
-
-
-def _script_env(home: Path, isolated: bool) -> dict[str, str]:
-    """A clean environment: nothing of the worker's secrets, just what a script needs."""
-    python_path = [*import_roots(), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": str(home),
-        "TMPDIR": "/tmp" if isolated else str(home),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-    }
-    if python_path:
-        env["PYTHONPATH"] = os.pathsep.join(python_path)
-    return env
 
 
 def _fill(word: str, context: JudgeContext) -> str:
@@ -205,6 +191,9 @@ def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -
 
 def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
     """Run the script in a sandbox session and read its verdict (blocking)."""
+    # The sandbox's machinery is loaded by the first script, not by every process.
+    from chalk_worker.sandbox.session import get_sandbox
+
     limits = ProcessLimits(
         wall_s=min(judge.timeout_s or context.limits.wall_s, context.settings.max_wall_s),
         file_size_bytes=context.limits.file_size_mb * 1024 * 1024,
@@ -247,8 +236,16 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 "make it readable and searchable by others (chmod o+rx)",
                 cause=GRADER_ERROR,
             )
-        env = _script_env(session.home, isolated=sandbox.layers.bwrap is not None)
-        outcome = session.run(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+        env = script_env(session.home, isolated=sandbox.layers.bwrap is not None)
+        warm = judge.command[0] == "{python}" and context.settings.warm_python
+        outcome = session.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            limits=limits,
+            readonly=readonly,
+            python=parse_python_command(argv) if warm else None,
+        )
         metrics.sandbox_run(outcome)
         return _verdict(outcome, output, judge, context.limits.memory_mb)
 

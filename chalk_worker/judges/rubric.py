@@ -29,6 +29,7 @@ import asyncio
 import os
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
@@ -37,8 +38,9 @@ from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
 from chalk_worker import metrics
 from chalk_worker.contexts import render_contexts
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
-from chalk_worker.llm import SETTINGS_NOTE, LLMServer, llm_pool
-from chalk_worker.verdicts import Verdict, ask_verdict
+
+if TYPE_CHECKING:
+    from chalk_worker.verdicts import Verdict
 
 
 def _label(verdict: Verdict) -> str:
@@ -55,6 +57,8 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
     try:
         return await _grade_all(judge, context, deadline=started + budget.left)
     except LLMUnavailableError as exc:
+        from chalk_worker.llm import SETTINGS_NOTE
+
         # The user reading this may have set OPENAI_* where the client runs, not here.
         where = f"{socket.gethostname()}:{os.getpid()}"
         raise LLMUnavailableError(f"{exc}. {SETTINGS_NOTE.format(worker=where)}") from exc
@@ -63,6 +67,11 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
 
 
 async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: float) -> Scoring:
+    # The LLM client (``openai``) is imported when a rubric is first graded: a process
+    # that never grades one (``chalk score`` with regex judges) starts without it.
+    from chalk_worker.llm import LLMServer, llm_pool
+    from chalk_worker.verdicts import ask_verdict
+
     settings = context.settings
     shown = await asyncio.to_thread(
         render_contexts,

@@ -10,6 +10,7 @@ for it: not ``/root``, not ``/home``, not the worker's job folders.
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import sys
@@ -46,29 +47,70 @@ def python_paths() -> list[Path]:
     return sorted(found)
 
 
-def import_roots() -> list[str]:
-    """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import."""
-    roots = []
+@functools.cache
+def import_roots() -> tuple[str, ...]:
+    """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import.
+
+    Found once per process (the packages do not move): every script's
+    environment names them.
+    """
+    roots: list[str] = []
     for name in ("tasks", "chalk_client"):
         package = _package_dir(name)
         if package is not None and str(package.parent) not in roots:
             roots.append(str(package.parent))
-    return roots
+    return tuple(roots)
 
 
 def _covered(path: Path, binds: Iterable[Path]) -> bool:
     return any(path == bind or bind in path.parents for bind in binds)
 
 
-def bwrap_argv(
-    bwrap: str,
-    *,
-    readonly: Sequence[Path],
-    writable: Sequence[Path],
-    chdir: Path,
-    tmp_bytes: int,
-) -> list[str]:
-    """The bubblewrap arguments (up to and including ``--``) for one run."""
+ViewEntry = tuple[str, str, str]
+"""One step of building a sandbox's root: ``(kind, path, detail)``.
+
+Kinds: ``symlink`` (``detail`` is the link's text), ``dir`` (a folder, mode 0755),
+``ro`` / ``rw`` (the host's ``path`` bound read-only / writable), ``proc``, ``dev``,
+``tmpfs`` (``detail`` is its size in bytes).
+"""
+
+
+def view_entries(
+    *, readonly: Sequence[Path], writable: Sequence[Path], tmp_bytes: int
+) -> list[ViewEntry]:
+    """The steps that build a sandbox's root, parents first, as bubblewrap takes them.
+
+    The system folders (or the links they are), ``/proc``, a minimal ``/dev``,
+    a private ``/tmp``, then each allowlisted path with the folders above it.
+    """
+    entries: list[ViewEntry] = []
+    system = []
+    for name in SYSTEM_PATHS:
+        if os.path.islink(name):
+            entries.append(("symlink", name, os.readlink(name)))
+        elif os.path.isdir(name):
+            entries.append(("ro", name, ""))
+            system.append(Path(name))
+    entries += [("proc", "/proc", ""), ("dev", "/dev", ""), ("tmpfs", "/tmp", str(tmp_bytes))]
+    bound: list[Path] = list(system)
+    created: set[Path] = {Path("/"), Path("/tmp")}
+    binds = [(Path(p), "ro") for p in readonly] + [(Path(p), "rw") for p in writable]
+    # Parents first, so a writable folder inside a read-only one is bound on top of it.
+    for path, how in sorted(binds, key=lambda item: len(item[0].parts)):
+        if _covered(path, system) or not path.exists():
+            continue
+        for parent in reversed(path.parents):
+            if parent in created or _covered(parent, bound):
+                continue  # made already, or a real host folder inside a bind
+            entries.append(("dir", str(parent), ""))
+            created.add(parent)
+        entries.append((how, str(path), ""))
+        bound.append(path)
+    return entries
+
+
+def render_bwrap(bwrap: str, entries: Sequence[ViewEntry], chdir: Path) -> list[str]:
+    """The bubblewrap command line (up to and including ``--``) that builds ``entries``."""
     argv = [
         bwrap,
         "--unshare-pid",
@@ -81,28 +123,29 @@ def bwrap_argv(
         "--hostname",
         "chalk-sandbox",
     ]
-    system = []
-    for name in SYSTEM_PATHS:
-        if os.path.islink(name):
-            argv += ["--symlink", os.readlink(name), name]
-        elif os.path.isdir(name):
-            argv += ["--ro-bind", name, name]
-            system.append(Path(name))
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
-    bound: list[Path] = list(system)
-    created: set[Path] = {Path("/"), Path("/tmp")}
-    binds = [(Path(p), "--ro-bind") for p in readonly] + [(Path(p), "--bind") for p in writable]
-    # Parents first, so a writable folder inside a read-only one is bound on top of it.
-    for path, how in sorted(binds, key=lambda item: len(item[0].parts)):
-        if _covered(path, system) or not path.exists():
-            continue
-        for parent in reversed(path.parents):
-            if parent in created or _covered(parent, bound):
-                continue  # made already, or a real host folder inside a bind
+    for kind, path, detail in entries:
+        if kind == "symlink":
+            argv += ["--symlink", detail, path]
+        elif kind == "dir":
             # Folders bwrap makes on its own are 0700: the sandbox user could not pass.
-            argv += ["--perms", "0755", "--dir", str(parent)]
-            created.add(parent)
-        argv += [how, str(path), str(path)]
-        bound.append(path)
-    argv += ["--chdir", str(chdir), "--"]
-    return argv
+            argv += ["--perms", "0755", "--dir", path]
+        elif kind in ("ro", "rw"):
+            argv += ["--ro-bind" if kind == "ro" else "--bind", path, path]
+        elif kind == "tmpfs":
+            argv += ["--size", detail, "--tmpfs", path]
+        else:
+            argv += [f"--{kind}", path]
+    return [*argv, "--chdir", str(chdir), "--"]
+
+
+def bwrap_argv(
+    bwrap: str,
+    *,
+    readonly: Sequence[Path],
+    writable: Sequence[Path],
+    chdir: Path,
+    tmp_bytes: int,
+) -> list[str]:
+    """The bubblewrap arguments (up to and including ``--``) for one run."""
+    entries = view_entries(readonly=readonly, writable=writable, tmp_bytes=tmp_bytes)
+    return render_bwrap(bwrap, entries, chdir)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
 
+from chalk_worker.sandbox.syscalls import clear_user_keyring
+
 TOKEN_VARIABLE = "CHALK_SANDBOX_TOKEN"
 _PR_SET_NO_NEW_PRIVS = 38
 
@@ -61,15 +63,39 @@ class ProcessOutcome:
     memory_exceeded: bool = False
     leftovers_killed: int = 0
     maybe_signal: bool = False
+    started: str = "direct"
+    """How the run started: ``warm`` (forked interpreter), ``forked`` (executed from a
+    fork server) or ``direct`` (its own bubblewrap, or none)."""
+
+
+class CappedBuffer:
+    """The first ``limit`` bytes of a stream, and a count of the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Keep what fits of ``chunk``; count the rest."""
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self) -> str:
+        """What was kept, decoded, with a note of how much was dropped."""
+        text = self.kept.decode("utf-8", errors="replace")
+        if self.dropped:
+            text += f"\n[... {self.dropped} more bytes not kept]"
+        return text
 
 
 class Capture:
     """Drain a pipe in a thread, keeping only its first ``limit`` bytes."""
 
     def __init__(self, pipe: BufferedReader, limit: int) -> None:
-        self.limit = limit
-        self.kept = bytearray()
-        self.dropped = 0
+        self.buffer = CappedBuffer(limit)
         self._pipe = pipe
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
@@ -77,18 +103,12 @@ class Capture:
     def _drain(self) -> None:
         with self._pipe:
             while chunk := self._pipe.read1(65536):
-                room = self.limit - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
-                self.dropped += max(0, len(chunk) - max(room, 0))
+                self.buffer.feed(chunk)
 
     def text(self, wait_s: float) -> str:
         """What was kept, decoded, with a note of how much was dropped."""
         self._thread.join(wait_s)
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.dropped:
-            text += f"\n[... {self.dropped} more bytes not kept]"
-        return text
+        return self.buffer.text()
 
 
 def child_setup(
@@ -97,9 +117,11 @@ def child_setup(
     """What the child does between ``fork`` and ``exec``.
 
     Join the slot's cgroups first (so nothing it starts can be outside them),
-    set rlimits, then, when bubblewrap is not doing it, become the slot user
-    with no groups and ``no_new_privs``. Only plain system calls: the worker
-    has threads, and the child must not take a lock one of them holds.
+    set rlimits, empty the slot uid's kernel keyring (it outlives processes: an
+    earlier script could have left a key there), then, when bubblewrap is not
+    doing it, become the slot user with no groups and ``no_new_privs``. Only
+    plain system calls: the worker has threads, and the child must not take a
+    lock one of them holds.
     """
     cpu_s = int(limits.wall_s) + 5
     libc = ctypes.CDLL(None, use_errno=True) if drop_here else None
@@ -114,6 +136,10 @@ def child_setup(
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         if uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
+            # The keyring is the real uid's: be the slot user for a moment (saved uid 0).
+            os.setresuid(uid, uid, 0)
+            clear_user_keyring()
+            os.setresuid(0, 0, 0)
         if drop_here and uid is not None and libc is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)

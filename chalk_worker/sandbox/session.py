@@ -3,10 +3,16 @@
 A ``SandboxSession`` is one judge's stay in the sandbox: a claimed slot (its
 own uid), a private scratch folder (a size-capped tmpfs where the worker is
 root) with ``home/`` and ``output/``, and the slot's cgroups. ``run`` starts
-the command under bubblewrap (new PID, network, mount, IPC namespaces; only
-allowlisted paths visible), as the slot user, with rlimits, an empty stdin,
-capped output and a wall-clock timeout; when it ends, everything it started is
-killed. Leaving the session removes the scratch and frees the slot.
+the command in new PID, network, mount, IPC namespaces (only allowlisted paths
+visible), as the slot user, with rlimits, an empty stdin, capped output and a
+wall-clock timeout; when it ends, everything it started is killed. Leaving the
+session removes the scratch and frees the slot.
+
+Where the machine allows it (root, bubblewrap, Linux 5.12+), a run starts from
+a fork server (``servers``, ``forkserver``) that already sits in a sandbox:
+the command is executed from there, or, for ``{python}`` commands, the
+interpreter is forked without a new one starting (warm Python). Otherwise, or
+when a server dies, the run starts its own bubblewrap, as it always did.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -25,6 +32,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
+from chalk_worker import cleanup
+from chalk_worker.sandbox import syscalls
 from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
@@ -39,6 +48,9 @@ from chalk_worker.sandbox.process import (
     sweep,
     wait_exit,
 )
+from chalk_worker.sandbox.pymain import PythonCommand
+from chalk_worker.sandbox.served import RunSpec, run_served
+from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
 from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
 
 log = logging.getLogger(__name__)
@@ -59,11 +71,18 @@ class SandboxSession:
         """Where the script's output file goes."""
 
     def visible(self, path: Path, readonly: Sequence[Path] = ()) -> bool:
-        """Whether ``path`` is inside the sandbox's view (always true without bubblewrap)."""
+        """Whether ``path`` is inside the sandbox's view (always true without bubblewrap).
+
+        Compared as text, as ``PurePath.parents`` would (no link resolved), but
+        without building every parent of every path: this runs for each
+        absolute path of each command.
+        """
         if not self.sandbox.layers.bwrap:
             return True
-        roots = [Path("/usr"), Path("/etc"), self.scratch, *self.sandbox.readonly_roots, *readonly]
-        return any(path == root or root in path.parents for root in roots)
+        text = str(path)
+        roots = ["/usr", "/etc", str(self.scratch), *self.sandbox.readonly_texts]
+        roots += [str(root) for root in readonly]
+        return any(_inside(text, root) for root in roots)
 
     def run(
         self,
@@ -73,10 +92,13 @@ class SandboxSession:
         env: dict[str, str],
         limits: ProcessLimits,
         readonly: Sequence[Path] = (),
+        python: PythonCommand | None = None,
     ) -> ProcessOutcome:
-        """Run ``argv`` contained and wait for it; kill all it left behind."""
-        started = time.monotonic()
-        sandbox = self.sandbox
+        """Run ``argv`` contained and wait for it; kill all it left behind.
+
+        ``python``: the command is ``{python}`` with this program, and may run
+        warm (forked from a started interpreter) where the sandbox offers it.
+        """
         if not _startable(argv[0], cwd, env.get("PATH")):
             return ProcessOutcome(
                 returncode=None,
@@ -86,8 +108,69 @@ class SandboxSession:
                 duration_s=0.0,
                 start_error=f"could not start {argv[0]!r}: not found or not executable",
             )
-        token = os.urandom(12).hex()
-        env = {**env, TOKEN_VARIABLE: token}
+        env = {**env, TOKEN_VARIABLE: os.urandom(12).hex()}
+        if self.slot is not None:
+            spec = RunSpec(
+                argv=argv,
+                cwd=cwd,
+                env=env,
+                limits=limits,
+                slot=self.slot,
+                cgroups=self.sandbox.cgroups_for(self.slot),
+                mounts=[*((path, True) for path in readonly), (self.scratch, False)],
+            )
+            try:
+                outcome = self._run_served(spec, python)
+            except ForkServerLost as exc:
+                log.warning(
+                    "a fork server failed during a run (%s); the run starts again in a sandbox "
+                    "of its own",
+                    exc,
+                )
+                self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                self._clear_scratch()
+            else:
+                if outcome is not None:
+                    self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                    return outcome
+        return self._run_direct(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+
+    def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
+        """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""
+        warm = self.sandbox.warm_servers() if python is not None else None
+        if warm is not None:
+            with warm.server() as server:
+                if server is not None:
+                    outcome = run_served(server, spec, python)
+                    if outcome is not None:
+                        return outcome  # else the warm path refused it: a cold run
+        cold = self.sandbox.cold_servers()
+        if cold is None:
+            return None
+        with cold.server() as server:
+            return run_served(server, spec, None) if server is not None else None
+
+    def _clear_scratch(self) -> None:
+        """Empty ``home/`` and ``output/`` for a fresh attempt."""
+        for folder in (self.home, self.output_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            if self.slot is not None:
+                os.chown(folder, self.slot.uid, self.slot.gid)
+
+    def _run_direct(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        limits: ProcessLimits,
+        readonly: Sequence[Path],
+    ) -> ProcessOutcome:
+        """Run ``argv`` in a sandbox of its own: bubblewrap (where present) started here."""
+        started = time.monotonic()
+        sandbox = self.sandbox
+        token = env[TOKEN_VARIABLE]
         uid = self.slot.uid if self.slot else None
         cgroups = sandbox.cgroups_for(self.slot) if self.slot else None
         full = list(argv)
@@ -175,7 +258,8 @@ class SandboxSession:
     ) -> int:
         # Killing bubblewrap's process group ends its PID namespace, and with it
         # everything inside; the cgroup and uid sweeps catch anything else.
-        kill_group(pgid)
+        if pgid:
+            kill_group(pgid)
         if cgroups is not None and cgroups.kill_all() and cgroups.wait_empty():
             return 0
         if uid is not None:
@@ -183,6 +267,11 @@ class SandboxSession:
         if not self.sandbox.layers.bwrap:
             return sweep(lambda: carrying_token(token))
         return 0
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether the path ``path`` is ``root`` or below it (both as ``str(Path)`` writes them)."""
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
 
 
 def _startable(program: str, cwd: Path, path: str | None) -> bool:
@@ -206,6 +295,7 @@ class Sandbox:
         self.layers.require(settings.sandbox_require)
         announce(self.layers)
         self.readonly_roots = [*python_paths(), *(Path(p) for p in settings.sandbox_paths)]
+        self.readonly_texts = [str(root) for root in self.readonly_roots]
         self.pool: SlotPool | None = None
         if "user" in self.layers.available:
             self.pool = SlotPool(
@@ -214,7 +304,50 @@ class Sandbox:
         self._cgroups: dict[int, SlotCgroups] = {}
         self._lock = threading.Lock()
         self._can_mount = self.layers.root
+        self._servers: dict[bool, ForkServerPool | None] = {}
+        self._servers_off: str | None = None
         atexit.register(self.close)
+
+    def warm_servers(self) -> ForkServerPool | None:
+        """This process's warm fork servers (modules imported), or ``None`` where off."""
+        if not self.settings.warm_python:
+            return None
+        return self._server_pool(warm=True)
+
+    def cold_servers(self) -> ForkServerPool | None:
+        """This process's fork servers for cold runs, or ``None`` where the machine has none."""
+        return self._server_pool(warm=False)
+
+    def _server_pool(self, warm: bool) -> ForkServerPool | None:
+        """They need what the fork server's runs use: root, bubblewrap, per-slot users and
+        the mount API of Linux 5.12 (detached mounts)."""
+        with self._lock:
+            if warm in self._servers:
+                return self._servers[warm]
+            if self._servers_off is None:
+                self._servers_off = self._why_no_servers()
+                if self._servers_off:
+                    log.info(
+                        "fork servers are off: %s; each script starts its own sandbox",
+                        self._servers_off,
+                    )
+            if self._servers_off:
+                self._servers[warm] = None
+                return None
+            assert self.layers.bwrap is not None
+            config = server_config(self.layers.bwrap, self.readonly_roots, warm=warm)
+            pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
+            self._servers[warm] = pool
+            return pool
+
+    def _why_no_servers(self) -> str:
+        if not (self.layers.root and self.layers.bwrap and self.pool is not None):
+            return "they need root and bubblewrap"
+        try:
+            os.close(syscalls.open_tree_clone("/"))
+        except OSError as exc:
+            return f"this kernel cannot make detached mounts ({exc.strerror})"
+        return ""
 
     def close(self) -> None:
         """Remove the slot cgroups this process used, where no process holds their slot now.
@@ -222,6 +355,9 @@ class Sandbox:
         Other Chalk processes on the machine share the slots: a slot another process
         holds is left alone (it makes its groups again when they are missing anyway).
         """
+        for pool in list(self._servers.values()):
+            if pool is not None:
+                pool.close()
         with self._lock:
             for number, cgroups in self._cgroups.items():
                 if self.pool is None:
@@ -260,9 +396,8 @@ class Sandbox:
                         os.chmod(parent, 0o711)  # the slot user must reach the submission
                 yield session
             finally:
-                if mounted:
-                    _umount(scratch)
-                shutil.rmtree(scratch, ignore_errors=True)
+                # Unmounting waits for the kernel: done by the cleaner, not by this thread.
+                cleanup.later(functools.partial(_remove_scratch, scratch, mounted))
 
     def _mount_scratch(self, scratch: Path, size: int) -> bool:
         if not self._can_mount:
@@ -278,6 +413,12 @@ class Sandbox:
             )
             return False
         return True
+
+
+def _remove_scratch(scratch: Path, mounted: bool) -> None:
+    if mounted:
+        _umount(scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _umount(path: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,8 +50,6 @@ class SlotPool:
         self.lock_dir = lock_dir
         self.uid_base = uid_base
         self.count = count
-        self._local = threading.Lock()
-        self._next = 0
         lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _lock_path(self, number: int) -> Path:
@@ -78,14 +75,15 @@ class SlotPool:
 
     @contextlib.contextmanager
     def claim(self, wait_s: float = 60.0) -> Iterator[Slot]:
-        """Hold a free slot for the duration of the ``with`` block."""
+        """Hold a free slot for the duration of the ``with`` block: the lowest one free.
+
+        The lowest, not the next in turn: a process then keeps to a few slots,
+        whose cgroups it made already (a new slot costs its groups, and removing
+        them when the process ends).
+        """
         deadline = time.monotonic() + wait_s
         while True:
-            with self._local:
-                start = self._next
-                self._next = (self._next + 1) % self.count
-            for offset in range(self.count):
-                number = (start + offset) % self.count
+            for number in range(self.count):
                 fd = os.open(self._lock_path(number), os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

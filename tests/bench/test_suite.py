@@ -30,7 +30,7 @@ def test_the_whole_suite_runs_in_smoke_mode():
             "bench",
             "--smoke",
             "--only",
-            "throughput,latency,sandbox,inprocess,batch,submission",
+            "throughput,latency,sandbox,codegen,inprocess,batch,submission",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -47,5 +47,6 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "worker peak RSS growth",
         "in-process 20 threads x score_job",
         "in-process score_jobs",
+        "codegen",
     ):
         assert name in done.stdout, done.stdout

@@ -278,7 +278,7 @@ def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
             sink.write(JobResult(job_id=job.id or "", status=JobStatus.SUCCEEDED))
 
     monkeypatch.setenv("CHALK_REDIS_URL", "redis://127.0.0.1:1/0")
-    monkeypatch.setattr(cli, "score_on_cluster", fake_cluster)
+    monkeypatch.setattr(cluster_cli, "score_on_cluster", fake_cluster)  # imported when used
     rollouts = write_lines(
         tmp_path / "r.jsonl", [{"id": "a", **SAID_HI}, '{"id": "b", "metadata": {"x": NaN}}']
     )

@@ -66,6 +66,7 @@ def test_health_reports_redis_the_queue_and_each_worker_with_its_sandbox(make_re
     assert "sandbox layer rlimits: on" in out  # the worker's own probe, one line per layer
     layers = [line for line in out.splitlines() if line.startswith("      sandbox layer ")]
     assert len(layers) == 7
+    assert "      warm python: on (" in out  # with root and bubblewrap, as here and in CI
     # The worker's own LLM settings (the client's do not count), never its key.
     assert (
         "      LLM: http://vllm.internal:8000/v1, model Qwen/Qwen2.5-7B-Instruct (API key set)"

@@ -14,6 +14,9 @@ from chalk_client.judges import ExecutableJudge
 from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job
 
+# Every rule holds whether a {python} script starts warm (forked) or cold.
+pytestmark = pytest.mark.usefixtures("python_start")
+
 EXAMPLE = ["{python}", "-m", "tasks.example_task.scoring_script", "{submission}", "score.txt"]
 WRITE = """
 import json, sys

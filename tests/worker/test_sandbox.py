@@ -22,6 +22,7 @@ from pathlib import Path
 
 import archives
 import pytest
+from support import STARTED_MARKER, WARM_PROBE
 
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge
@@ -81,7 +82,11 @@ def score_capped(
         for fd in fds:
             os.write(fd, str(os.getpid()).encode())
 
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("CHALK_")}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CHALK_") or k == "CHALK_WARM_PYTHON"  # set by python_start
+    }
     environment.update({"CHALK_SANDBOX_PATHS": str(tmp_path), **env})
     try:
         done = subprocess.run(
@@ -106,7 +111,7 @@ def hostile(
     """A job whose scoring script is ``body``; ``write(obj)`` writes its output file."""
     tmp_path.chmod(0o755)
     path = tmp_path / f"hostile_{time.monotonic_ns()}.py"
-    prelude = (
+    prelude = WARM_PROBE + (
         "import json, os, sys\ndef write(o):\n    open(sys.argv[-1], 'w').write(json.dumps(o))\n"
     )
     path.write_text(prelude + textwrap.dedent(body))
@@ -136,8 +141,15 @@ def survivors(marker: str) -> list[int]:
 
 
 def assert_contained(results: dict[str, JobResult], marker: str | None = None) -> JobResult | None:
-    """The good job scored normally; nothing the hostile one started is alive."""
+    """The good job scored normally; nothing the hostile one started is alive.
+
+    The hostile script started as the test asked: warm or cold (``python_start``).
+    """
     assert results["good"].status is JobStatus.SUCCEEDED and results["good"].score == 1.0
+    hostile_result = results.get("hostile")
+    if hostile_result is not None and hostile_result.scoring is not None:
+        mode = "warm" if os.environ.get("CHALK_WARM_PYTHON") == "true" else "cold"
+        assert STARTED_MARKER + mode in hostile_result.scoring.metadata["stderr"]
     if marker is not None:
         deadline = time.monotonic() + 5
         while survivors(marker) and time.monotonic() < deadline:
@@ -146,7 +158,8 @@ def assert_contained(results: dict[str, JobResult], marker: str | None = None) -
     return results.get("hostile")
 
 
-pytestmark = [needs_full_sandbox, pytest.mark.slow]
+# Every hostile case is contained whether {python} scripts start warm (forked) or cold.
+pytestmark = [needs_full_sandbox, pytest.mark.slow, pytest.mark.usefixtures("python_start")]
 
 
 def test_probe_reports_every_layer_on_this_machine():

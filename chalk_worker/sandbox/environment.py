@@ -1,0 +1,29 @@
+"""The environment a scoring script gets: none of the worker's variables, only what it needs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from chalk_worker.sandbox.bwrap import import_roots
+
+
+def script_env(home: Path, isolated: bool) -> dict[str, str]:
+    """A clean environment: nothing of the worker's secrets, just what a script needs.
+
+    ``isolated``: the script has a private ``/tmp`` (bubblewrap), else its
+    ``TMPDIR`` is its home.
+    """
+    python_path = [*import_roots(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": str(home),
+        "TMPDIR": "/tmp" if isolated else str(home),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
+    return env

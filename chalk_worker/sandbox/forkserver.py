@@ -1,0 +1,469 @@
+"""The fork server: a pre-started interpreter, inside the sandbox, that starts every run.
+
+The worker starts it under bubblewrap (own PID, network, IPC, UTS and mount
+namespaces; only the allowlisted paths), as root with just the capabilities it
+needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``), not dumpable, with
+``no_new_privs``. It imports the modules scripts commonly use, then serves one
+run at a time and never runs job code itself:
+
+- ahead of each run, the server forks a **spare** process, which takes new mount
+  and IPC namespaces and builds most of a fresh root there (the server's view,
+  a ``/proc`` that lists only the run's own processes, a private ``/tmp``);
+- when a run comes, the spare gets the request and becomes the **program**: it
+  joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
+  scratch and named paths (handed over as detached mounts) to its root, chroots
+  into it, and becomes the command: stdin ``/dev/null``, stdout
+  and stderr on the worker's pipes, working folder, umask, rlimits, the slot's
+  uid and gid with no groups and no capabilities, the user keyring emptied;
+  then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
+  interpreter's ``main`` replayed in this already-started one (a warm run,
+  ``pymain``).
+- the server is the subreaper of everything the program starts. When the
+  program ends, it kills whatever is left in its PID namespace (only the run's
+  processes live there besides bubblewrap's init and the server), reaps it,
+  and reports the program's status.
+
+A run cannot reach the server: the server is root (no signals, no ptrace, no
+``/proc/<pid>/mem``) and not even listed in the run's ``/proc``. Each run is a
+new fork, so nothing one run changes in memory is seen by the next; the server
+keeps no job data (a request goes straight to the run's process, in a memory
+file the server never reads).
+
+Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
+
+1. worker: the configuration (JSON: the run view, modules to import);
+   server: ``{"ready": true, "warm": ..., "note": ...}``.
+2. per run, worker: ``run`` with descriptors: the request (a memory file), the
+   stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
+   server: ``forked`` with a pidfd of the program, then ``{"start": ...}``
+   (``""`` when the program runs, ``cold: why``, ``exec: errno``,
+   ``setup: what failed``), then ``{"end": ...}``: the program's wait status
+   as text (empty when the init was killed).
+
+Standard library only, started as a script: ``python forkserver.py FD``.
+"""
+
+import sys
+
+_STARTUP_MODULES = frozenset(sys.modules)
+_STARTUP_PATH = list(sys.path)
+
+import array  # noqa: E402 - after recording what a bare interpreter has
+import contextlib  # noqa: E402
+import errno  # noqa: E402
+import gc  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import stat  # noqa: E402
+from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
+
+STAGE = "/.chalk-run"
+"""Where a run builds its root (a folder of the server's view)."""
+MAX_FDS = 64
+"""Descriptors one run request may carry."""
+
+
+def _sibling(name: str) -> Any:
+    """A module of this folder, loaded by path and not registered in ``sys.modules``.
+
+    Scripts must not see, or import, the server's own code.
+    """
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_chalk_fork_server_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from chalk_worker.sandbox import pymain, syscalls
+elif __name__ == "__main__":
+    syscalls = _sibling("syscalls")  # pymain too, once the configuration asks for warm runs
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _preload(names: list[str]) -> str:
+    """Import the modules runs are likely to need; a note on what could not be."""
+    failed = []
+    for name in names:
+        try:
+            __import__(name)
+        except Exception as exc:  # a broken task package must not stop the server
+            failed.append(f"{name} ({type(exc).__name__})")
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return "a preloaded module started a thread: forking would not be safe"
+    return "could not import " + ", ".join(failed) if failed else ""
+
+
+Step = tuple[str, str, str]
+"""One step of making a run's root, decided once per server: ``(action, path, detail)``."""
+
+
+def plan_root(view: list[list[str]]) -> list[Step]:
+    """The steps that make a run's root from the server's view, paths under ``STAGE``.
+
+    Every check (is it a folder? bound already with the folder above it?) is made
+    here, once: a run's process, a fork, then only executes them.
+    """
+    steps: list[Step] = []
+    bound: list[str] = []
+    for kind, path, detail in view:
+        target = STAGE + path
+        if kind == "symlink":
+            steps.append(("symlink", target, detail))
+        elif kind == "dir":
+            steps.append(("mkdir", target, ""))
+        elif kind in ("ro", "rw"):
+            if any(path.startswith(f"{done}/") for done in bound):
+                continue  # comes with the recursive bind of a folder above it
+            steps.append(("mkdir" if os.path.isdir(path) else "touch", target, ""))
+            steps.append(("bind", target, path))
+            bound.append(path)
+        elif kind == "proc":
+            # bubblewrap also binds /proc/sys, /proc/irq... read-only again: it may run its
+            # command as root of a user namespace. A run here has no capability at all.
+            steps += [("mkdir", target, ""), ("proc", target, "")]
+        elif kind == "dev":
+            steps += [("mkdir", target, ""), ("bind", target, "/dev")]
+        elif kind == "tmpfs":
+            steps += [("mkdir", target, ""), ("tmpfs", target, "")]
+    return steps
+
+
+def _build_root(plan: list[Step]) -> None:
+    """Make the part of a run's root that does not depend on the job, at ``STAGE``.
+
+    In the (spare) run process's own mount namespace; ``_finish_root`` adds the
+    job's part when the request comes.
+    """
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    syscalls.mount("tmpfs", STAGE, "tmpfs", flags)
+    os.chmod(STAGE, 0o755)
+    for action, target, detail in plan:
+        if action == "mkdir":
+            os.mkdir(target, 0o755)
+        elif action == "bind":
+            syscalls.mount(detail, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+        elif action == "symlink":
+            os.symlink(detail, target)
+        elif action == "touch":
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        elif action == "proc":
+            # Processes of other users (the server, the sandbox's init) are not even listed.
+            proc_flags = flags | syscalls.MS_NOEXEC
+            syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
+        elif action == "tmpfs":  # its size is the run's: set again by _finish_root
+            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
+
+
+def _finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
+    """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    size = f"mode=0755,size={request['tmp_bytes']}"
+    for action, target, _ in plan:
+        if action == "tmpfs":
+            syscalls.mount(None, target, None, syscalls.MS_REMOUNT | flags, size)
+    for path, fd in zip(request["mounts"], mount_fds, strict=True):
+        target = STAGE + path
+        if not os.path.lexists(target):  # it may be in a folder attached before it
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(target, 0o755)
+            else:
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        syscalls.attach(fd, target)
+    # chroot, not pivot_root: unmounting the old root would cost an RCU grace period
+    # (~1 ms) per run. The run cannot leave it: it drops every capability before
+    # running anything (no CAP_SYS_CHROOT, no mounts), holds no descriptor of a folder
+    # outside, sees only its own processes in /proc, and the kernel refuses a user
+    # namespace (the way to regain capabilities) to a chrooted process.
+    os.chroot(STAGE)
+    os.chdir("/")
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """Start ``argv`` with ``env``: ``(pid, 0)``, or ``(0, errno)`` if it cannot be executed.
+
+    ``env``'s ``PATH`` is searched as the C library's ``execvp`` does, with
+    ``/bin/sh`` for a file without ``#!``. ``posix_spawn`` (a ``vfork``): the
+    child does not copy this process's memory, so neither it nor an ``exec``
+    has a copy to tear down before the command starts.
+    """
+    program = argv[0]
+    if "/" in program:
+        candidates = [program]
+    else:
+        folders = env.get("PATH", "/bin:/usr/bin").split(":")
+        candidates = [os.path.join(folder or ".", program) for folder in folders]
+    defaults = (signal.SIGPIPE, signal.SIGXFSZ)  # as subprocess's restore_signals
+    error = errno.ENOENT
+    denied = False
+    for candidate in candidates:
+        try:
+            return os.posix_spawn(candidate, argv, env, setsigdef=defaults), 0
+        except OSError as exc:
+            if exc.errno == errno.ENOEXEC:
+                shell = ["/bin/sh", candidate, *argv[1:]]
+                try:
+                    return os.posix_spawn("/bin/sh", shell, env, setsigdef=defaults), 0
+                except OSError:
+                    return 0, errno.ENOEXEC
+            if exc.errno == errno.EACCES:
+                denied = True
+            elif exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ESTALE, errno.ENODEV):
+                return 0, exc.errno or errno.ENOENT
+            error = exc.errno or errno.ENOENT
+    return 0, errno.EACCES if denied else error
+
+
+class _Spare:
+    """A process forked for the next run ahead of it, its namespaces and root mostly made.
+
+    It waits for the request on ``hand``; what it says of the run's start comes
+    back on ``started``.
+    """
+
+    def __init__(self, pid: int, hand: socket.socket, started: int) -> None:
+        self.pid = pid
+        self.hand = hand
+        self.started = started
+
+
+def _make_spare(
+    server: socket.socket, plan: list[Step], warm: "pymain.Interpreter | None"
+) -> _Spare:
+    """Fork the process of the next run (done between runs: off their path)."""
+    hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    started_r, started_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        server.close()  # this process's copy: the worker's socket is not the run's business
+        hand.close()
+        os.close(started_r)
+        _wait_as_spare(theirs, started_w, plan, warm)
+    theirs.close()
+    os.close(started_w)
+    return _Spare(pid, hand, started_r)
+
+
+def _wait_as_spare(
+    hand: socket.socket, started: int, plan: list[Step], warm: "pymain.Interpreter | None"
+) -> NoReturn:
+    """A spare: make its namespaces and root, wait for its request, become the run."""
+    gc.disable()  # nothing to collect before exec (a warm run turns it back on)
+    problem = ""
+    try:
+        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
+        os.umask(0o022)
+        _build_root(plan)
+    except BaseException as exc:
+        problem = f"setup: {type(exc).__name__}: {exc}"
+    try:
+        data, fds = _receive(hand)
+    except BaseException:
+        os._exit(1)
+    hand.close()
+    if not data:
+        os._exit(0)  # the server is gone, or it replaces this spare
+    if problem:
+        os.write(started, problem.encode())
+        os._exit(127)
+    _become_program(fds, started, plan, warm)
+
+
+def _become_program(
+    fds: list[int], started: int, plan: list[Step], warm: "pymain.Interpreter | None"
+) -> NoReturn:
+    """The run's process: the job's set-up, then the command (exec or warm). Never returns."""
+    try:
+        request = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
+        count = request["cgroups"]
+        stdout, stderr = fds[1], fds[2]
+        for fd in fds[3 : 3 + count]:
+            os.write(fd, b"0")  # 0: the writer itself; its children follow
+        syscalls.unshare(syscalls.CLONE_NEWCGROUP)  # its root: the slot's groups
+        _finish_root(plan, request, fds[3 + count :])
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.umask(request["umask"])
+        os.chdir(request["cwd"])
+        for number, soft, hard in request["rlimits"]:
+            resource.setrlimit(number, (soft, hard))
+        uid, gid = request["uid"], request["gid"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)  # every capability goes with root
+        syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: the run may read its /proc
+        syscalls.clear_user_keyring()
+        argv: list[str] = request["argv"]
+        if request["python"] is not None and warm is not None:
+            command = pymain.PythonCommand.from_json(request["python"])
+            refusal = _warm_refusal(command, warm)
+            if refusal:
+                os.write(started, f"cold: {refusal}".encode())
+                os._exit(0)
+            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1] + 1)
+            gc.enable()
+            warm.run_main(argv, command, [(str(k), str(v)) for k, v in request["env"]])
+        syscalls.cloexec_from(3)
+        spawned, error = _spawn(argv, dict(request["env"]))
+        # This process ends now: the command goes to the server, the subreaper.
+        os.write(started, f"spawned: {spawned}".encode() if spawned else f"exec: {error}".encode())
+        os._exit(0)
+    except BaseException as exc:  # nothing of the job ran yet
+        os.write(started, f"setup: {type(exc).__name__}: {exc}".encode())
+    os._exit(127)
+
+
+def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -> str:
+    """Why this command must run cold ("" when it can run warm); checked as the slot's user."""
+    if command.kind == "script":
+        source = pymain.read_script(command.target)
+        if isinstance(source, str):
+            return source
+    folder = pymain.first_path_entry(command)
+    shadow = pymain.shadowed_module(folder, warm.preloaded)
+    if shadow is not None:
+        return f"{os.path.join(folder, shadow)} would be imported instead of a preloaded module"
+    return ""
+
+
+_reaped: dict[int, int] = {}
+"""Wait statuses of children reaped while the server waited for another one."""
+
+
+def _reap_until(program: int) -> int:
+    """Reap children (the run's orphans come to this subreaper) until ``program`` ends."""
+    while program not in _reaped:
+        pid, status = os.waitpid(-1, 0)
+        _reaped[pid] = status
+    return _reaped.pop(program)
+
+
+def _kill_leftovers() -> None:
+    """Kill and reap every process the run left: all of this PID namespace but init and us."""
+    with contextlib.suppress(ProcessLookupError):  # nothing was left
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            _reaped.clear()
+            return
+
+
+def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
+    """Hand one run to ``spare`` and report its end (``spare`` is used up)."""
+    try:
+        spare.hand.sendmsg(
+            [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        )
+    finally:
+        spare.hand.close()
+        for fd in fds:
+            os.close(fd)
+    status = _reap_until(spare.pid)
+    # The process that set the run up has ended: all it said of the start is in the pipe.
+    start = _read_all(spare.started).decode(errors="replace")
+    if start.startswith("spawned: "):  # a cold run: the command is the one to wait for
+        status = _reap_until(int(start.removeprefix("spawned: ")))
+        start = ""
+    _kill_leftovers()
+    _send(sock, {"start": start, "end": str(status)})
+
+
+def _harden() -> None:
+    """Keep only the capabilities runs need; not dumpable; the run's orphans come here."""
+    syscalls.keep_capabilities(
+        (
+            syscalls.CAP_KILL,
+            syscalls.CAP_SETGID,
+            syscalls.CAP_SETUID,
+            syscalls.CAP_SYS_CHROOT,
+            syscalls.CAP_SYS_ADMIN,
+            syscalls.CAP_SYS_RESOURCE,
+        )
+    )
+    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+    syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
+    syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
+
+
+def serve(fd: int) -> None:
+    """Serve runs on the socket ``fd`` until the worker closes it."""
+    sock = socket.socket(fileno=fd)
+    config = json.loads(sock.recv(1 << 20))
+    _harden()
+    plan = plan_root(config["view"])
+    note = _preload(config["preload"]) if config["warm"] else ""
+    if config["warm"]:
+        global pymain
+        pymain = _sibling("pymain")
+    warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
+    if note.startswith("a preloaded module started a thread"):
+        warm = None
+    if warm is not None and warm.recursion.address is None:
+        note = "this Python's recursion counter was not found: runs would recurse less deep"
+        warm = None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # a fork must not inherit anything buffered
+    gc.collect()
+    gc.freeze()  # forks then copy fewer pages: the collector does not touch old objects
+    spare = _make_spare(sock, plan, warm)
+    _send(sock, {"ready": True, "warm": warm is not None, "note": note})
+    while True:
+        try:
+            data, fds = _receive(sock)
+        except (ConnectionError, OSError):
+            return
+        if not data:
+            return  # the worker is gone
+        if data != b"run" or not fds:
+            for extra in fds:
+                os.close(extra)
+            _send(sock, {"start": "setup: malformed request"})
+            continue
+        try:
+            _serve_one(sock, fds, spare)
+        except (BrokenPipeError, ConnectionError):
+            return
+        except Exception as exc:  # the server itself must go on
+            print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
+        spare = _make_spare(sock, plan, warm)  # for the next run, while the worker reads this one
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
