@@ -24,19 +24,16 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline_async
 from chalk_client.cluster.submit import (
     CHUNK,
-    JobState,
     chunk_replies,
     distinct_blobs,
-    parse_states,
     plan_chunks,
     queue_batch_index,
     queue_blob_refresh,
     queue_published,
     queue_release,
-    queue_states,
     queue_submit_chunk,
-    queue_watches,
 )
+from chalk_client.cluster.watch import JobState, parse_states, queue_states, queue_watches
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings
