@@ -7,7 +7,7 @@ pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
 script fills: no polling. Every Redis error becomes a ``ChalkError``
 (``reaching``).
 
-``AsyncJobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
+This module is the source of ``chalk_client.store`` (``JobStore``), which
 ``scripts/unasync.py`` generates from it.
 """
 

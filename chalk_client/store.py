@@ -7,9 +7,6 @@ queued by the builders of ``chalk_client.cluster.submit``. Waiting is a blocking
 pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
 script fills: no polling. Every Redis error becomes a ``ChalkError``
 (``reaching``).
-
-``JobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
-``scripts/unasync.py`` generates from it.
 """
 
 from __future__ import annotations
