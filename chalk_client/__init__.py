@@ -22,18 +22,20 @@ from chalk_client.submission import Submission
 from chalk_client.transcript import Message, Transcript
 
 if TYPE_CHECKING:
-    from chalk_client.async_client import AsyncBatch, AsyncChalkClient, AsyncJobHandle
-    from chalk_client.client import Batch, ChalkClient, JobHandle
+    from chalk_client.async_client import AsyncChalkClient
+    from chalk_client.async_handles import AsyncBatch, AsyncJobHandle
+    from chalk_client.client import ChalkClient
+    from chalk_client.handles import Batch, JobHandle
     from chalk_client.summary import BatchSummary
 
 _ON_FIRST_USE = {
-    "AsyncBatch": "chalk_client.async_client",
+    "AsyncBatch": "chalk_client.async_handles",
     "AsyncChalkClient": "chalk_client.async_client",
-    "AsyncJobHandle": "chalk_client.async_client",
-    "Batch": "chalk_client.client",
+    "AsyncJobHandle": "chalk_client.async_handles",
+    "Batch": "chalk_client.handles",
     "BatchSummary": "chalk_client.summary",
     "ChalkClient": "chalk_client.client",
-    "JobHandle": "chalk_client.client",
+    "JobHandle": "chalk_client.handles",
 }
 
 

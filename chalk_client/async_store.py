@@ -7,7 +7,7 @@ pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
 script fills: no polling. Every Redis error becomes a ``ChalkError``
 (``reaching``).
 
-``AsyncJobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
+This module is the source of ``chalk_client.store`` (``JobStore``), which
 ``scripts/unasync.py`` generates from it.
 """
 
@@ -24,19 +24,16 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline_async
 from chalk_client.cluster.submit import (
     CHUNK,
-    JobState,
     chunk_replies,
     distinct_blobs,
-    parse_states,
     plan_chunks,
     queue_batch_index,
     queue_blob_refresh,
     queue_published,
     queue_release,
-    queue_states,
     queue_submit_chunk,
-    queue_watches,
 )
+from chalk_client.cluster.watch import JobState, parse_states, queue_states, queue_watches
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings

@@ -7,9 +7,6 @@ queued by the builders of ``chalk_client.cluster.submit``. Waiting is a blocking
 pop on the waiter's own list (``chalk:done:WAITER``), which the worker's finish
 script fills: no polling. Every Redis error becomes a ``ChalkError``
 (``reaching``).
-
-``JobStore`` is the source of ``JobStore`` (``chalk_client.store``), which
-``scripts/unasync.py`` generates from it.
 """
 
 from __future__ import annotations
@@ -24,19 +21,16 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
 from chalk_client.cluster.submit import (
     CHUNK,
-    JobState,
     chunk_replies,
     distinct_blobs,
-    parse_states,
     plan_chunks,
     queue_batch_index,
     queue_blob_refresh,
     queue_published,
     queue_release,
-    queue_states,
     queue_submit_chunk,
-    queue_watches,
 )
+from chalk_client.cluster.watch import JobState, parse_states, queue_states, queue_watches
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings

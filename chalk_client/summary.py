@@ -6,13 +6,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chalk_client.cluster.submit import JobState
+from chalk_client.cluster.watch import JobState
 from chalk_client.jobs import JobResult, JobStatus
-from chalk_client.progress import describe_causes, grader_error_message
 from chalk_client.scoring import ZeroCause
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import JobStore
 from chalk_client.usage import TokenUsage
+from chalk_client.wording import describe_causes, grader_error_message
 
 FAILURES_KEPT = 20
 """Failures listed in a summary (all are counted)."""

@@ -1,10 +1,10 @@
 """Generate the sync client and store from their asyncio sources (as httpx and httpcore do).
 
-    python scripts/unasync.py           # write chalk_client/client.py and store.py
+    python scripts/unasync.py           # write client.py, handles.py and store.py
     python scripts/unasync.py --check   # exit 1 if they are not what the sources give
 
-The asyncio modules are the source: ``chalk_client/async_client.py`` and
-``chalk_client/async_store.py``. Each line becomes its sync twin by word
+The asyncio modules of ``chalk_client`` are the source: ``async_client.py``,
+``async_handles.py`` and ``async_store.py``. Each line becomes its sync twin by word
 replacements (``AsyncChalkClient`` -> ``ChalkClient``, ``async def`` -> ``def``,
 ``await`` dropped, ...). A comment line ``# unasync: CODE`` replaces the line
 after it with ``CODE`` (same indentation) where no word replacement can.
@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {
     "chalk_client/async_client.py": "chalk_client/client.py",
     "chalk_client/async_store.py": "chalk_client/store.py",
+    "chalk_client/async_handles.py": "chalk_client/handles.py",
 }
 WORDS = {
     "AsyncChalkClient": "ChalkClient",
@@ -35,6 +36,7 @@ WORDS = {
     "__aexit__": "__exit__",
     "aclose": "close",
     "async_store": "store",
+    "async_handles": "handles",
     "async_client": "client",
     "connect_async": "connect",
     "run_pipeline_async": "run_pipeline",
@@ -42,6 +44,9 @@ WORDS = {
     "StopAsyncIteration": "StopIteration",
 }
 PATTERNS = [
+    # The source's note on what is generated from it, and its "in asyncio", are its own.
+    (re.compile(r"\n\nThis module is the source of .*?generates from it\.", re.S), ""),
+    (re.compile(r", in asyncio\.$", re.M), "."),
     (re.compile(r"\basync (def|for|with)\b"), r"\1"),
     (re.compile(r"\bawait "), ""),
     (re.compile(r"\bredis\.asyncio\b"), "redis"),

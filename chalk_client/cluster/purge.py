@@ -1,6 +1,6 @@
 """Purging: a job that has not started ends ``failed``, and its waiters are told.
 
-See ``chalk_client.purge`` for the operator's command.
+See ``chalk_client.cli.purge`` for the operator's command.
 """
 
 from __future__ import annotations

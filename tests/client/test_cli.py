@@ -191,7 +191,7 @@ def test_missing_files_are_clear_errors(tmp_path):
 
 
 def test_chalk_worker_defaults_give_way_to_celery_flags():
-    from chalk_client.cluster_cli import worker_argv
+    from chalk_client.cli.cluster import worker_argv
 
     default = worker_argv([])
     assert default[default.index("--pool") + 1] == "threads"
@@ -218,7 +218,7 @@ def test_worker_and_flower_help_need_no_cluster_and_say_what_chalk_adds():
 
 
 def test_flower_takes_its_options_with_a_space_or_an_equals_sign():
-    from chalk_client.celery_args import flower_args
+    from chalk_client.cli.celery_args import flower_args
 
     assert flower_args(
         ["--port", "5555", "--address=127.0.0.1", "--debug", "--url_prefix", "f"]

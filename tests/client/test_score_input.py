@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from chalk_client import JobResult, JobStatus, ScoringJob, cli, cluster_cli
+from chalk_client.cli.progress import ResultSink
 from chalk_client.errors import ConfigurationError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
-from chalk_client.progress import ResultSink
 from chalk_client.records import prepare_job
 from chalk_client.rollouts import stable_id
 
@@ -457,7 +457,7 @@ def test_rescore_scores_again_what_out_holds_and_appends(chalk, five, judge, tmp
 
 
 def test_the_progress_line_counts_grader_errors():
-    from chalk_client.progress import Tally
+    from chalk_client.cli.progress import Tally
     from chalk_client.scoring import Scoring, ZeroCause
 
     tally = Tally(total=3)

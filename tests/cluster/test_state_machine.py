@@ -34,12 +34,8 @@ from chalk_client.cluster.leases import (
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.purge import queue_purge
 from chalk_client.cluster.script import Pipeline, run_pipeline
-from chalk_client.cluster.submit import (
-    parse_states,
-    queue_states,
-    queue_submit,
-    queue_submit_chunk,
-)
+from chalk_client.cluster.submit import queue_submit, queue_submit_chunk
+from chalk_client.cluster.watch import parse_states, queue_states
 from chalk_client.judges import AlwaysPassJudge
 from chalk_client.records import PreparedJob, prepare_job
 

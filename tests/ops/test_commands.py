@@ -17,9 +17,9 @@ import redis
 from support import held_count
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
-from chalk_client.eta import BatchProgress
+from chalk_client.cli.eta import BatchProgress
+from chalk_client.cli.purge import PURGED_ERROR
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
-from chalk_client.purge import PURGED_ERROR
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,8 +96,8 @@ def test_purging_the_queue_of_an_unreachable_broker_says_so(ops_redis):
     from processes import free_port
 
     from chalk_client import ChalkSettings
+    from chalk_client.cli.purge import purge_queue
     from chalk_client.errors import QueueUnavailableError
-    from chalk_client.purge import purge_queue
 
     broker = f"amqp://guest:secret@127.0.0.1:{free_port()}//"
     client = ChalkClient(ops_redis.url, settings=ChalkSettings(broker_url=broker))

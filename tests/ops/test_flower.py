@@ -30,7 +30,7 @@ from processes import free_port, need, stop, wait_port
 from support import say
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
-from chalk_client.cluster_cli import flower_defaults
+from chalk_client.cli.cluster import flower_defaults
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,11 +19,11 @@ from typing import Any
 
 import redis
 
+from chalk_client.cli.eta import duration
 from chalk_client.cluster import keys
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.cluster.script import as_text
-from chalk_client.eta import duration
 from chalk_client.store_errors import reaching
 
 UNACKED_KEY = "unacked"

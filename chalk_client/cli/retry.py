@@ -14,10 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalk_client.client import Batch, ChalkClient
+from chalk_client.client import ChalkClient
 from chalk_client.cluster import keys
 from chalk_client.cluster.script import as_text
 from chalk_client.errors import QueueError
+from chalk_client.handles import Batch
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.records import load_job
 from chalk_client.store_errors import reaching

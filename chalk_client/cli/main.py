@@ -13,12 +13,12 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from chalk_client import ops_cli, report_cli
+from chalk_client.cli import ops, report
+from chalk_client.cli.progress import ProgressBar, ResultSink, Tally
+from chalk_client.cli.selection import Selection, parse_ids
 from chalk_client.errors import ChalkError, ConfigurationError
 from chalk_client.jobs import ScoringJob
-from chalk_client.progress import ProgressBar, ResultSink, Tally
 from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
-from chalk_client.selection import Selection, parse_ids
 from chalk_client.settings import ChalkSettings
 from chalk_client.version import chalk_version
 
@@ -130,8 +130,8 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=text, add_help=False)
     status = commands.add_parser("status", help="state of a job, a batch, or the cluster")
     status.add_argument("target", nargs="?", help="a job id or batch id (default: the cluster)")
-    ops_cli.add_commands(commands)
-    report_cli.add_command(commands)
+    ops.add_commands(commands)
+    report.add_command(commands)
     return parser
 
 
@@ -227,7 +227,7 @@ def _score(args: argparse.Namespace) -> int:
                     "cluster each worker sets its own (chalk worker --concurrency N)",
                     file=sys.stderr,
                 )
-            from chalk_client.cluster_cli import score_on_cluster  # Redis only when used
+            from chalk_client.cli.cluster import score_on_cluster  # Redis only when used
 
             score_on_cluster(todo, sink, rescore=args.rescore)
         else:
@@ -241,7 +241,7 @@ def _score(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if results is not None and results.regular and (results.size or bad):
-        print(report_cli.file_totals(results.path), file=sys.stderr)
+        print(report.file_totals(results.path), file=sys.stderr)
     return 1 if tally.failed or (args.strict and tally.grader_errors) else 0
 
 
@@ -254,24 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a cluster never needs them, so they are imported only by the commands that do.
     try:
         if command == "worker":
-            from chalk_client.cluster_cli import run_worker
+            from chalk_client.cli.cluster import run_worker
 
             return run_worker(argv[1:])
         if command == "flower":
-            from chalk_client.cluster_cli import run_flower
+            from chalk_client.cli.cluster import run_flower
 
             return run_flower(argv[1:])
         args = _parser().parse_args(argv)
         if args.command == "score":
             return _score(args)
         if args.command == "status":
-            from chalk_client.cluster_cli import run_status
+            from chalk_client.cli.cluster import run_status
 
             return run_status(args.target)
-        if args.command == report_cli.COMMAND:
-            return report_cli.run_report(args)
-        if args.command in ops_cli.COMMANDS:
-            return ops_cli.run_command(args)
+        if args.command == report.COMMAND:
+            return report.run_report(args)
+        if args.command in ops.COMMANDS:
+            return ops.run_command(args)
     except ChalkError as exc:
         print(f"chalk {command}: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -284,7 +284,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nchalk: interrupted; re-run with the same --out to resume.", file=sys.stderr)
         return 130
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chalk_client.cli.progress import Tally
 from chalk_client.errors import ConfigurationError
-from chalk_client.progress import Tally, describe_causes, plural
 from chalk_client.report import analyze, read_batch, read_results_file, render_page, write_csv
 from chalk_client.report.load import Results
 from chalk_client.settings import ChalkSettings
+from chalk_client.wording import describe_causes, plural
 
 COMMAND = "report"
 """The subcommand this module adds to ``chalk``."""

@@ -11,21 +11,10 @@ from typing import TextIO
 
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.scoring import ZeroCause
+from chalk_client.wording import describe_causes, grader_error_message, plural
 
 FAILURES_SHOWN = 20
 """Failures listed by name in a summary (all are counted)."""
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """``"1 job"``, ``"3 jobs"``: a count with its noun in the right number."""
-    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
-
-
-def grader_error_message(result: JobResult) -> str:
-    """What went wrong in a grader error: the verdict's ``error``, where the reference keeps it."""
-    if result.scoring is None:
-        return ""
-    return result.scoring.metadata.get("error", "no error recorded")
 
 
 @dataclass
@@ -122,13 +111,6 @@ class Tally:
         if self.failed > len(self.failures):
             lines.append(f"  ... and {self.failed - len(self.failures)} more failures")
         return "\n".join(lines)
-
-
-def describe_causes(zeros: Counter[ZeroCause | None]) -> str:
-    """``"3 grader_error, 2 script_zero"``: counts by cause, most first."""
-    return ", ".join(
-        f"{count:,} {cause or 'no cause recorded'}" for cause, count in zeros.most_common()
-    )
 
 
 class ProgressBar:

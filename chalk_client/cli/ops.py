@@ -65,7 +65,7 @@ def _cluster(command: str) -> ChalkClient | None:
 
 
 def _health(client: ChalkClient) -> int:
-    from chalk_client.health import check_health
+    from chalk_client.cli.health import check_health
 
     settings = client.settings
     broker_is_redis = not settings.broker_url or settings.broker_url == client.redis_url
@@ -82,8 +82,8 @@ def _health(client: ChalkClient) -> int:
 
 
 def _purge(client: ChalkClient, args: argparse.Namespace) -> int:
+    from chalk_client.cli.purge import purge_batch, purge_queue
     from chalk_client.cluster.connection import redacted
-    from chalk_client.purge import purge_batch, purge_queue
 
     if args.batch:
         if not args.yes:
@@ -109,7 +109,7 @@ def _purge(client: ChalkClient, args: argparse.Namespace) -> int:
 
 
 def _retry(client: ChalkClient, args: argparse.Namespace) -> int:
-    from chalk_client.retry import retry_failed
+    from chalk_client.cli.retry import retry_failed
 
     report = retry_failed(client, args.failed)
     print(report.render())
@@ -134,7 +134,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def eta_line(client: ChalkClient, summary: BatchSummary) -> str | None:
     """The batch's pace and ETA for ``chalk status BATCH`` (``None`` if unknown)."""
-    from chalk_client.eta import batch_progress
+    from chalk_client.cli.eta import batch_progress
 
     progress = batch_progress(client.store, summary)
     return None if progress is None else progress.render()

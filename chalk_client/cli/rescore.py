@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
-from chalk_client.cluster.submit import queue_clear_finished
+from chalk_client.cluster.watch import queue_clear_finished
 from chalk_client.store_errors import reaching
 
 if TYPE_CHECKING:

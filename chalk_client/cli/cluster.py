@@ -11,22 +11,23 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 
-from chalk_client.celery_args import (
+from chalk_client.cli.celery_args import (
     ROOT_NOTE,
     WORKER_PREFACE,
     flower_args,
     flower_help,
     wants_help,
 )
+from chalk_client.cli.ops import eta_line
+from chalk_client.cli.progress import ResultSink
+from chalk_client.cli.rescore import clear_results
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.jobs import JobStatus, ScoringJob
-from chalk_client.ops_cli import eta_line
-from chalk_client.progress import ResultSink, grader_error_message
-from chalk_client.rescore import clear_results
 from chalk_client.settings import ChalkSettings
 from chalk_client.summary import summarize_jobs
 from chalk_client.usage import TokenUsage
+from chalk_client.wording import grader_error_message
 from chalk_client.workers import WorkerWatch
 
 CELERY_APP = "chalk_worker.app"
