@@ -1,4 +1,14 @@
-"""One settings object, read from ``CHALK_*`` variables; explicit arguments win.
+"""Settings, read from ``CHALK_*`` variables; explicit arguments win.
+
+Each concern is a small settings object of its own, each field documented
+where it is defined: ``StoreSettings`` (Redis, the queue, how long things are
+kept, leases), ``LLMSettings`` (the server rubric judges ask and how),
+``SandboxSettings`` (what scoring scripts may run and see), ``LimitSettings``
+(what one job may use) and ``RunSettings`` (the rest of a worker's or
+``chalk score``'s process). ``ChalkSettings`` is all of them at once, under the
+same names: ``ChalkSettings().lease_s`` reads ``CHALK_LEASE_S``, and a function
+that needs only the LLM settings takes an ``LLMSettings`` (a ``ChalkSettings``
+is one; ``settings.llm`` is the LLM part alone).
 
 Limits have a default and an operator maximum: a job may ask for other limits
 (``ScoringJob.limits``) but never more than the maximum.
@@ -8,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -60,15 +70,53 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-class ChalkSettings(BaseSettings):
-    """Worker and client settings, from ``CHALK_*`` environment variables."""
+class StoreSettings(BaseSettings):
+    """Where the cluster is and how long it keeps things (``CHALK_REDIS_URL``, TTLs, leases)."""
 
-    model_config = SettingsConfigDict(env_prefix="CHALK_", extra="ignore", allow_inf_nan=False)
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     redis_url: str | None = None
     """The cluster's Redis; unset means the embedded, in-process queue."""
     broker_url: str | None = None
     """Optional separate Celery broker (e.g. ``amqp://``); results stay in Redis."""
+    queue: str = Field(default="chalk", min_length=1)
+    """The Celery queue the cluster's jobs go through."""
+    result_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long results (and batch indexes) are kept in Redis: 7 days."""
+    job_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long job records are kept in Redis: 7 days (a job queued longer is dropped)."""
+    blob_ttl_s: int = Field(default=7 * 86400, gt=0)
+    """How long a submission archive is kept after its last submission: 7 days."""
+    lease_s: float = Field(default=20.0, gt=0)
+    """A running job's lease; a worker that stops renewing it loses the job to another.
+
+    A worker process's hold on the messages it took from the queue lapses the same
+    way: a lease after its last renewal, another worker gives them back to the queue.
+    """
+    keep_jobs: bool = False
+    """Keep a job's record (its transcript, its archive) after it succeeded, as long as
+    ``CHALK_JOB_TTL_S``; by default a job that succeeded leaves only its result in Redis."""
+    reconcile_s: float = Field(default=60.0, gt=0)
+    """Grace before the reconciler sends again a job that is neither finished, running,
+    taken by a live worker nor waiting in the queue (its message was lost)."""
+    visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
+    """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
+
+    @property
+    def reconcile_ms(self) -> int:
+        """``reconcile_s`` in milliseconds, for the scripts (Redis's clock is in ms)."""
+        return max(int(self.reconcile_s * 1000), 1)
+
+
+class LLMSettings(BaseSettings):
+    """The OpenAI-compatible server rubric judges ask, and how they ask it."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
     rubric_model: str = "gpt-4o-mini"
     """The model a rubric judge asks when the judge names none."""
     llm_base_url: str | None = None
@@ -109,63 +157,20 @@ class ChalkSettings(BaseSettings):
             return None
         return value
 
-    task_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Extra modules to import for custom judges (comma-separated), besides ``tasks.*``."""
+
+class SandboxSettings(BaseSettings):
+    """What scoring scripts may run and see, and the machine's sandbox slots."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
     allowed_commands: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Command prefixes executable judges may run (comma-separated or a JSON list).
 
     Empty: any command runs (sandboxed). A prefix is compared on the command as
     written, before placeholders are filled, e.g. ``{python} -m tasks.``.
     """
-    work_dir: str | None = None
-    """Where job folders are made; default: the system's temporary folder."""
-    embedded_concurrency: int = Field(default=0, ge=0)
-    """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
-    regex_timeout_s: float = Field(default=10.0, gt=0)
-    """Seconds one regex judge's searches may take in all; past it, a 0 with an error."""
-
-    queue: str = Field(default="chalk", min_length=1)
-    """The Celery queue the cluster's jobs go through."""
-    result_ttl_s: int = Field(default=7 * 86400, gt=0)
-    """How long results (and batch indexes) are kept in Redis: 7 days."""
-    job_ttl_s: int = Field(default=7 * 86400, gt=0)
-    """How long job records are kept in Redis: 7 days (a job queued longer is dropped)."""
-    blob_ttl_s: int = Field(default=7 * 86400, gt=0)
-    """How long a submission archive is kept after its last submission: 7 days."""
-    lease_s: float = Field(default=20.0, gt=0)
-    """A running job's lease; a worker that stops renewing it loses the job to another.
-
-    A worker process's hold on the messages it took from the queue lapses the same
-    way: a lease after its last renewal, another worker gives them back to the queue.
-    """
-    keep_jobs: bool = False
-    """Keep a job's record (its transcript, its archive) after it succeeded, as long as
-    ``CHALK_JOB_TTL_S``; by default a job that succeeded leaves only its result in Redis."""
-    reconcile_s: float = Field(default=60.0, gt=0)
-    """Grace before the reconciler sends again a job that is neither finished, running,
-    taken by a live worker nor waiting in the queue (its message was lost)."""
-    visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
-    """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    """Where a worker serves its Prometheus metrics (``/metrics``); unset: not served."""
-
-    wall_s: float = 600.0
-    max_wall_s: float = 6 * 3600.0
-    memory_mb: int = 2048
-    max_memory_mb: int = 16384
-    processes: int = 256
-    max_processes: int = 4096
-    file_size_mb: int = 256
-    max_file_size_mb: int = 4096
-    unpack_bytes: int = 256 * MiB
-    max_unpack_bytes: int = 4096 * MiB
-    unpack_entries: int = 10_000
-    max_unpack_entries: int = 1_000_000
-    unpack_depth: int = 32
-    max_unpack_depth: int = 256
-    output_bytes: int = 64 * 1024
-    """Captured stdout and stderr kept per stream in a verdict's metadata."""
-
     sandbox_require: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Sandbox layers the worker refuses to run without (comma-separated, or ``all``)."""
     sandbox_paths: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -184,14 +189,48 @@ class ChalkSettings(BaseSettings):
     """Run ``{python}`` scoring scripts warm: forked from an interpreter already started in
     the sandbox, instead of starting a new one (false: every script starts cold)."""
 
-    _split = field_validator(
-        "task_modules", "allowed_commands", "sandbox_require", "sandbox_paths", mode="before"
-    )(_split_list)
+    _split = field_validator("allowed_commands", "sandbox_require", "sandbox_paths", mode="before")(
+        _split_list
+    )
 
-    @property
-    def reconcile_ms(self) -> int:
-        """``reconcile_s`` in milliseconds, for the scripts (Redis's clock is in ms)."""
-        return max(int(self.reconcile_s * 1000), 1)
+
+class LimitSettings(BaseSettings):
+    """What one job may use: defaults, and the operator's maxima a job cannot pass."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
+    wall_s: float = 600.0
+    """Wall-clock seconds an executable judge runs by default (10 minutes)."""
+    max_wall_s: float = 6 * 3600.0
+    """The most a job may ask for (``Limits.wall_s``): 6 hours."""
+    memory_mb: int = 2048
+    """Memory of a judge's whole process tree, by default (MiB)."""
+    max_memory_mb: int = 16384
+    """The most memory a job may ask for (MiB)."""
+    processes: int = 256
+    """Processes a judge may have at once, by default."""
+    max_processes: int = 4096
+    """The most processes a job may ask for."""
+    file_size_mb: int = 256
+    """Largest file a judge may write, by default (MiB)."""
+    max_file_size_mb: int = 4096
+    """The largest file size a job may ask for (MiB)."""
+    unpack_bytes: int = 256 * MiB
+    """Decompressed bytes of a submission archive, headers included, by default."""
+    max_unpack_bytes: int = 4096 * MiB
+    """The most decompressed bytes a job may ask for."""
+    unpack_entries: int = 10_000
+    """Files and folders a submission may hold, by default."""
+    max_unpack_entries: int = 1_000_000
+    """The most files and folders a job may ask for."""
+    unpack_depth: int = 32
+    """Folder nesting of a submission, by default."""
+    max_unpack_depth: int = 256
+    """The deepest nesting a job may ask for."""
+    output_bytes: int = 64 * 1024
+    """Captured stdout and stderr kept per stream in a verdict's metadata."""
 
     def resolve(self, requested: Limits | None = None) -> ResolvedLimits:
         """The limits for a job asking for ``requested``, capped by the operator's maxima."""
@@ -212,3 +251,60 @@ class ChalkSettings(BaseSettings):
             unpack_depth=pick("unpack_depth"),
             output_bytes=self.output_bytes,
         )
+
+
+class RunSettings(BaseSettings):
+    """The rest of a worker's (or ``chalk score``'s) process: task modules, folders, regexes."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
+    task_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Extra modules to import for custom judges (comma-separated), besides ``tasks.*``."""
+    work_dir: str | None = None
+    """Where job folders are made; default: the system's temporary folder."""
+    embedded_concurrency: int = Field(default=0, ge=0)
+    """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
+    regex_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds one regex judge's searches may take in all; past it, a 0 with an error."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Where a worker serves its Prometheus metrics (``/metrics``); unset: not served."""
+
+    _split_task_modules = field_validator("task_modules", mode="before")(_split_list)
+
+
+_Part = TypeVar("_Part", bound=BaseSettings)
+
+
+class ChalkSettings(StoreSettings, LLMSettings, SandboxSettings, LimitSettings, RunSettings):
+    """Every setting, from ``CHALK_*`` environment variables: the parts above, together."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
+    def _part(self, kind: type[_Part]) -> _Part:
+        values = {name: getattr(self, name) for name in kind.model_fields}
+        part: _Part = kind.model_construct(**values)  # type: ignore[assignment]
+        return part
+
+    @property
+    def store(self) -> StoreSettings:
+        """The store settings alone."""
+        return self._part(StoreSettings)
+
+    @property
+    def llm(self) -> LLMSettings:
+        """The LLM settings alone."""
+        return self._part(LLMSettings)
+
+    @property
+    def sandbox(self) -> SandboxSettings:
+        """The sandbox settings alone."""
+        return self._part(SandboxSettings)
+
+    @property
+    def limits(self) -> LimitSettings:
+        """The job limits alone."""
+        return self._part(LimitSettings)

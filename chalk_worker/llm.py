@@ -28,7 +28,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from chalk_client.errors import LLMUnavailableError
-from chalk_client.settings import ChalkSettings
+from chalk_client.settings import ChalkSettings, LLMSettings
 from chalk_worker import metrics
 from chalk_worker.loop_redis import close_loop_redis, loop_redis
 from chalk_worker.rate_limit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
@@ -43,12 +43,12 @@ SETTINGS_NOTE = (
 """Added to the errors a client sees when the LLM cannot be used: whose settings count."""
 
 
-def configured_base_url(settings: ChalkSettings) -> str:
+def configured_base_url(settings: LLMSettings) -> str:
     """The server rubric judges ask: ``CHALK_LLM_BASE_URL``, ``OPENAI_BASE_URL`` or OpenAI's."""
     return settings.llm_base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
 
 
-def configured_api_key(settings: ChalkSettings) -> str | None:
+def configured_api_key(settings: LLMSettings) -> str | None:
     """The API key rubric judges send: ``CHALK_LLM_API_KEY`` or ``OPENAI_API_KEY``; ``None``."""
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return key or os.environ.get("OPENAI_API_KEY") or None
@@ -64,7 +64,7 @@ class LLMServer:
     timeout_s: float
 
     @classmethod
-    def from_settings(cls, settings: ChalkSettings) -> LLMServer:
+    def from_settings(cls, settings: LLMSettings) -> LLMServer:
         """The server the settings name, falling back to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``."""
         base_url = configured_base_url(settings)
         key = configured_api_key(settings)

@@ -1,0 +1,49 @@
+"""Settings: small parts (store, LLM, sandbox, limits, run) under the same ``CHALK_*`` names."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from chalk_client import ChalkSettings
+from chalk_client.settings import (
+    LimitSettings,
+    LLMSettings,
+    RunSettings,
+    SandboxSettings,
+    StoreSettings,
+)
+
+PARTS = (StoreSettings, LLMSettings, SandboxSettings, LimitSettings, RunSettings)
+
+
+def test_every_setting_belongs_to_exactly_one_part_and_is_documented():
+    names = [name for part in PARTS for name in part.model_fields]
+    assert len(names) == len(set(names))
+    assert set(names) == set(ChalkSettings.model_fields)
+    for part in PARTS:
+        for name, field in part.model_fields.items():
+            assert field.description, f"{part.__name__}.{name} has no docstring"
+
+
+def test_each_part_reads_the_same_variables_as_the_whole(monkeypatch):
+    monkeypatch.setenv("CHALK_LEASE_S", "7.5")
+    monkeypatch.setenv("CHALK_RUBRIC_TEMPERATURE", "none")
+    monkeypatch.setenv("CHALK_SANDBOX_PATHS", "/data/a, /data/b")
+    monkeypatch.setenv("CHALK_TASK_MODULES", '["grading.judges"]')
+    monkeypatch.setenv("CHALK_MAX_WALL_S", "30")
+    whole = ChalkSettings()
+    assert (StoreSettings().lease_s, whole.lease_s, whole.store.lease_s) == (7.5, 7.5, 7.5)
+    assert LLMSettings().rubric_temperature is None and whole.llm.rubric_temperature is None
+    assert SandboxSettings().sandbox_paths == whole.sandbox.sandbox_paths == ["/data/a", "/data/b"]
+    assert RunSettings().task_modules == whole.task_modules == ["grading.judges"]
+    assert whole.limits.resolve().wall_s == LimitSettings().resolve().wall_s == 30.0
+
+
+def test_arguments_win_and_bad_values_are_refused_naming_the_whole():
+    settings = ChalkSettings(queue="parked", lease_s=3)
+    assert (settings.queue, settings.store.queue, settings.lease_s) == ("parked", "parked", 3.0)
+    assert isinstance(settings, LLMSettings)  # a function taking the LLM part takes the whole
+    with pytest.raises(ValidationError) as refused:
+        ChalkSettings(llm_max_in_flight=0)
+    assert refused.value.title == "ChalkSettings"  # what `chalk` reports as a bad setting
