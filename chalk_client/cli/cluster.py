@@ -23,6 +23,7 @@ from chalk_client.cli.progress import ResultSink
 from chalk_client.cli.rescore import clear_results
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
+from chalk_client.extras import require_worker
 from chalk_client.jobs import JobStatus, ScoringJob
 from chalk_client.settings import ChalkSettings
 from chalk_client.summary import summarize_jobs
@@ -87,6 +88,7 @@ def run_worker(args: Sequence[str]) -> int:
 
     ``--help`` says what Chalk adds, then shows Celery's help; it needs no cluster.
     """
+    require_worker("chalk worker")
     if wants_help(args):
         print(WORKER_PREFACE, flush=True)
         argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "--help"]
@@ -104,6 +106,7 @@ def run_flower(args: Sequence[str]) -> int:
 
     ``--help`` lists what Chalk adds and Flower's options; it needs no cluster.
     """
+    require_worker("chalk flower")
     if wants_help(args):
         print(flower_help(flower_defaults(args)))
         return 0

@@ -17,6 +17,7 @@ from chalk_client.cli import ops, report
 from chalk_client.cli.progress import ProgressBar, ResultSink, Tally
 from chalk_client.cli.selection import Selection, parse_ids
 from chalk_client.errors import ChalkError, ConfigurationError
+from chalk_client.extras import require_worker
 from chalk_client.jobs import ScoringJob
 from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
 from chalk_client.settings import ChalkSettings
@@ -214,6 +215,10 @@ def _score(args: argparse.Namespace) -> int:
     selection = Selection(only=only, limit=args.limit, rescore=args.rescore)
     todo, skipped = selection.pick(jobs, results.done if results else frozenset())
     settings = ChalkSettings()
+    if not settings.redis_url:
+        require_worker(
+            "scoring without a cluster", or_else="or set CHALK_REDIS_URL to score on a cluster"
+        )
     tally = Tally(total=len(todo), skipped=skipped)
     bar = ProgressBar(tally)
     context = results.open() if results else nullcontext(sys.stdout)

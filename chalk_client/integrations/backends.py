@@ -15,6 +15,7 @@ from typing import Protocol
 from chalk_client.async_client import AsyncChalkClient
 from chalk_client.client import ChalkClient
 from chalk_client.errors import ChalkError
+from chalk_client.extras import require_worker
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob
 from chalk_client.judge_specs import JudgeSpec
 from chalk_client.settings import ChalkSettings
@@ -49,6 +50,7 @@ class Embedded:
     """Jobs scored in this process, concurrently, by the worker's runner."""
 
     def __init__(self, settings: ChalkSettings | None, concurrency: int | None) -> None:
+        require_worker("scoring in this process (no redis_url)")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1 (or None), not {concurrency}")
         self.settings = settings

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from chalk_client import JobResult, JobStatus, ScoringJob, cli, cluster_cli
+from chalk_client import JobResult, JobStatus, ScoringJob, cli
+from chalk_client.cli import cluster as cluster_cli
 from chalk_client.cli.progress import ResultSink
 from chalk_client.errors import ConfigurationError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
