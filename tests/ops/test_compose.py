@@ -169,7 +169,7 @@ def test_the_dockerfile_builds_what_compose_runs():
     assert "bubblewrap" in text and "util-linux" in text  # the sandbox's layers
     for package in ("chalk_client", "chalk_worker", "tasks"):
         assert f"COPY {package} ./{package}" in text
-    assert "pip install --no-cache-dir ." in text
+    assert 'pip install --no-cache-dir ".[worker]"' in text  # the worker's packages too
     assert 'CMD ["chalk", "worker", "--loglevel", "INFO"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".git" in ignored and ".venv" in ignored
