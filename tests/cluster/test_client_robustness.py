@@ -31,7 +31,7 @@ from chalk_client import (
     ScoringJob,
 )
 from chalk_client import broker as broker_module
-from chalk_client import client as client_module
+from chalk_client import handles as handles_module
 from chalk_client.cluster.keys import DONE_TTL_S
 from chalk_client.errors import (
     ConfigurationError,
@@ -356,7 +356,7 @@ def test_a_waiter_whose_announcement_expired_still_gets_the_result(own_redis_url
     leases.start("quiet", "worker-a")
     leases.finish(JobResult(job_id="quiet", status=JobStatus.SUCCEEDED), "worker-a")
     store.delete(f"chalk:done:{handle._collector.waiter}")  # as if it expired unread
-    monkeypatch.setattr(client_module, "STALE_AFTER_S", 0.0)  # as if long unread
+    monkeypatch.setattr(handles_module, "STALE_AFTER_S", 0.0)  # as if long unread
     assert handle.wait(5).status is JobStatus.SUCCEEDED
     assert done_lists(own_redis_url) == []
 
