@@ -3,11 +3,18 @@
 The archive is stored once per content (by its sha256, as ``Submission.digest``
 computes it) and the record names it, so a submission shared by many jobs is
 sent and kept once, and nothing large ever passes through the broker.
+
+A record of ``COMPRESS_AT`` bytes or more (a long transcript) is stored
+compressed: zlib at its fastest level, behind a two-byte mark that no JSON
+text begins with. Transcripts are text and shrink several times, for about
+20 microseconds per 10 KB on each side. Redis's scripts never read a record's
+content, so nothing else changes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,11 +34,32 @@ class PreparedJob:
     """A validated job, split into what Redis stores."""
 
     job_id: str
-    record: str
-    """The job as JSON, without its submission."""
+    record: str | bytes
+    """The job as JSON, without its submission (``pack_record``: compressed if long)."""
     digest: str
     """The submission archive's sha256, or ``""`` for no submission."""
     archive: bytes | None
+
+
+COMPRESS_AT = 1024
+"""Records this long (bytes of JSON) or longer are stored compressed."""
+_PACKED = b"\xffz"
+"""The mark of a compressed record: 0xff never occurs in UTF-8 text, so in no JSON."""
+
+
+def pack_record(record: str) -> str | bytes:
+    """The record as stored: its JSON, or past ``COMPRESS_AT`` bytes the mark and zlib."""
+    data = record.encode()
+    if len(data) < COMPRESS_AT:
+        return record
+    return _PACKED + zlib.compress(data, 1)
+
+
+def unpack_record(stored: bytes | str) -> bytes | str:
+    """A stored record's JSON (``pack_record`` undone)."""
+    if isinstance(stored, bytes) and stored.startswith(_PACKED):
+        return zlib.decompress(stored[len(_PACKED) :])
+    return stored
 
 
 def as_job(job: JobLike) -> ScoringJob:
@@ -65,12 +93,12 @@ def prepare_job(job: JobLike) -> PreparedJob:
         raise InvalidJobError(f"invalid job {scoring_job.id!r}, refused: {exc}") from exc
     archive = None if scoring_job.submission is None else scoring_job.submission.archive_bytes()
     digest = "" if archive is None else hashlib.sha256(archive).hexdigest()
-    return PreparedJob(scoring_job.id, record, digest, archive)
+    return PreparedJob(scoring_job.id, pack_record(record), digest, archive)
 
 
 def load_job(record: bytes | str, archive: bytes | None) -> ScoringJob:
     """The job a worker scores, from its record and archive (raises ``ValidationError``)."""
-    job = ScoringJob.model_validate_json(record)
+    job = ScoringJob.model_validate_json(unpack_record(record))
     if archive is None:
         return job
     return job.model_copy(update={"submission": Submission(tar=archive)})

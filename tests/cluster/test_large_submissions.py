@@ -1,13 +1,16 @@
-"""Large submissions travel from Redis to the worker in pieces, never as one reply."""
+"""Large jobs: submissions travel from Redis to the worker in pieces, never as one reply;
+long transcripts (stored compressed) are scored whole."""
 
 from __future__ import annotations
 
 import os
+import random
 
 import redis
+from support import say
 
 from chalk_client import JobStatus, ScoringJob, Submission
-from chalk_client.judges import ExecutableJudge
+from chalk_client.judges import ExecutableJudge, RegexJudge
 
 EXAMPLE = ["{python}", "-m", "tasks.example_task.scoring_script", "{submission}", "out.txt"]
 
@@ -16,6 +19,17 @@ def big_submission(answer: str) -> Submission:
     # Random bytes do not compress: the archive is well over the 1 MiB inline limit.
     padding = os.urandom(3 << 20).hex()
     return Submission.from_files({"answer.txt": answer, "padding.txt": padding})
+
+
+def test_a_long_transcript_is_scored_whole(client):
+    words = random.Random(7).choices(["tool", "call", "file", "read", "ok", "diff"], k=40_000)
+    text = " ".join(words)
+    jobs = [
+        ScoringJob(id=f"long-{end}", transcript=say(text + end), judge=RegexJudge([r"FINAL$"]))
+        for end in (" FINAL", " not final")
+    ]
+    results = client.submit_batch(jobs).results(timeout=60)  # stored compressed
+    assert [result.score for result in results] == [1.0, 0.0]
 
 
 def test_a_large_submission_is_streamed_to_the_worker_and_scored(client):

@@ -19,7 +19,7 @@ import pytest
 import redis
 from processes import free_port, need, start_redis, stop
 
-from chalk_client import ChalkSettings, ScoringJob, Submission
+from chalk_client import ChalkSettings, Message, ScoringJob, Submission, Transcript
 from chalk_client.cluster import keys
 from chalk_client.cluster.leases import (
     Start,
@@ -37,7 +37,7 @@ from chalk_client.cluster.script import Pipeline, run_pipeline
 from chalk_client.cluster.submit import queue_submit, queue_submit_chunk
 from chalk_client.cluster.watch import parse_states, queue_states
 from chalk_client.judges import AlwaysPassJudge
-from chalk_client.records import PreparedJob, prepare_job
+from chalk_client.records import PreparedJob, load_job, prepare_job
 
 SETTINGS = ChalkSettings()
 QUEUE = SETTINGS.queue
@@ -185,6 +185,17 @@ def test_an_expired_lease_is_reaped_and_sent_again_once(store):
     assert finish(store, "j1", "worker-2") == 1
     assert finish(store, "j1", "worker-1") == 0  # the dead worker's late finish: no effect
     assert b'"by": "worker-2"' in store.get(keys.result("j1"))
+
+
+def test_a_long_record_is_stored_compressed_and_read_back_whole(store):
+    said = Transcript(messages=[Message(role="assistant", content="step done. " * 2000)])
+    long = prepare_job(ScoringJob(id="long", transcript=said, judge=AlwaysPassJudge()))
+    submit(store, long)
+    stored = store.hget(keys.job("long"), "job")
+    assert stored is not None and len(stored) < len(said.model_dump_json()) // 4
+    started = start(store, "long", "worker-1")
+    assert load_job(started.record, started.archive).transcript == said
+    assert isinstance(job("short").record, str)  # a short record stays plain JSON
 
 
 def test_a_renewed_lease_is_left_alone(store):
