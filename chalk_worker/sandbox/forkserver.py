@@ -18,7 +18,7 @@ run at a time and never runs job code itself:
   uid and gid with no groups and no capabilities, the user keyring emptied;
   then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
   interpreter's ``main`` replayed in this already-started one (a warm run,
-  ``pymain``).
+  ``pymain``, for the commands ``pycommand`` finds fit).
 - the server is the subreaper of everything the program starts. When the
   program ends, it kills whatever is left in its PID namespace (only the run's
   processes live there besides bubblewrap's init and the server), reaps it,
@@ -42,9 +42,9 @@ Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
    as text (empty when the init was killed).
 
 Standard library only, started as a script: ``python forkserver.py FD``. The
-modules of this folder it uses (``syscalls``, ``runroot``, ``pymain``) are
-loaded by path with ``_sibling``, never imported: scripts must not find the
-server's code in ``sys.modules``.
+modules of this folder it uses (``syscalls``, ``runroot``, ``pycommand``,
+``pymain``) are loaded by path with ``_sibling``, never imported: scripts must
+not find the server's code in ``sys.modules``.
 """
 
 import sys
@@ -85,9 +85,9 @@ def _sibling(name: str, **given: Any) -> Any:
 
 
 if TYPE_CHECKING:
-    from chalk_worker.sandbox import pymain, runroot, syscalls
+    from chalk_worker.sandbox import pycommand, pymain, runroot, syscalls
 elif __name__ == "__main__":
-    # pymain too, once the configuration asks for warm runs
+    # pycommand and pymain too, once the configuration asks for warm runs
     syscalls = _sibling("syscalls")
     runroot = _sibling("runroot", syscalls=syscalls)
 
@@ -249,7 +249,7 @@ def _become_program(
         syscalls.clear_user_keyring()
         argv: list[str] = request["argv"]
         if request["python"] is not None and warm is not None:
-            command = pymain.PythonCommand.from_json(request["python"])
+            command = pycommand.PythonCommand.from_json(request["python"])
             refusal = _warm_refusal(command, warm)
             if refusal:
                 os.write(started, f"cold: {refusal}".encode())
@@ -267,14 +267,14 @@ def _become_program(
     os._exit(127)
 
 
-def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -> str:
+def _warm_refusal(command: "pycommand.PythonCommand", warm: "pymain.Interpreter") -> str:
     """Why this command must run cold ("" when it can run warm); checked as the slot's user."""
     if command.kind == "script":
-        source = pymain.read_script(command.target)
+        source = pycommand.read_script(command.target)
         if isinstance(source, str):
             return source
-    folder = pymain.first_path_entry(command)
-    shadow = pymain.shadowed_module(folder, warm.preloaded)
+    folder = pycommand.first_path_entry(command)
+    shadow = pycommand.shadowed_module(folder, warm.preloaded)
     if shadow is not None:
         return f"{os.path.join(folder, shadow)} would be imported instead of a preloaded module"
     return ""
@@ -349,8 +349,9 @@ def serve(fd: int) -> None:
     plan = runroot.plan_root(config["view"])
     note = _preload(config["preload"]) if config["warm"] else ""
     if config["warm"]:
-        global pymain
-        pymain = _sibling("pymain")
+        global pycommand, pymain
+        pycommand = _sibling("pycommand")
+        pymain = _sibling("pymain", pycommand=pycommand)
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
         warm = None

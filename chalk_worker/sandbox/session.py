@@ -38,7 +38,7 @@ from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.direct import kill_everything, run_direct
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import TOKEN_VARIABLE, ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.pymain import PythonCommand
+from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
 from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
 from chalk_worker.sandbox.slots import Slot, SlotPool
