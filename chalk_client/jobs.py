@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from chalk_client.judge_specs import _UNSET, JudgeSpec, _given
+from chalk_client.judge_specs import JudgeSpec
+from chalk_client.positional import UNSET, with_positional
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import Limits
 from chalk_client.submission import Submission
@@ -42,11 +43,11 @@ class Step(BaseModel):
     def __init__(
         self,
         /,
-        judge: JudgeSpec | Mapping[str, Any] = _UNSET,
-        submission_paths: Sequence[str] = _UNSET,
+        judge: JudgeSpec | Mapping[str, Any] = UNSET,
+        submission_paths: Sequence[str] = UNSET,
         **data: Any,
     ) -> None:
-        super().__init__(**_given(data, judge=judge, submission_paths=submission_paths))
+        super().__init__(**with_positional(data, judge=judge, submission_paths=submission_paths))
 
     _relative = field_validator("submission_paths")(_check_relative)
 

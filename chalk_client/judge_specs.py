@@ -19,113 +19,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
     SerializerFunctionWrapHandler,
-    WithJsonSchema,
     field_validator,
     model_serializer,
 )
-from pydantic.functional_validators import BeforeValidator
 
+from chalk_client.positional import UNSET, with_positional
+from chalk_client.regex_pattern import RegexPattern as RegexPattern  # it was defined here
 from chalk_client.transcript import JsonData
-
-_FLAG_NAMES: dict[str, re.RegexFlag] = {
-    "ASCII": re.ASCII,
-    "IGNORECASE": re.IGNORECASE,
-    "MULTILINE": re.MULTILINE,
-    "DOTALL": re.DOTALL,
-    "VERBOSE": re.VERBOSE,
-}
-
-
-def _parse_flags(flags: Any) -> int:
-    if isinstance(flags, bool):
-        raise ValueError("regex flags must be an int or a list of names, not a bool")
-    if isinstance(flags, int):
-        return flags
-    if isinstance(flags, str):
-        flags = [part for part in re.split(r"[|,\s]+", flags) if part]
-    if isinstance(flags, list):
-        value = 0
-        for name in flags:
-            key = str(name).upper().removeprefix("RE.")
-            if key not in _FLAG_NAMES:
-                known = ", ".join(sorted(_FLAG_NAMES))
-                raise ValueError(f"unknown regex flag {name!r}; use one of {known}")
-            value |= _FLAG_NAMES[key]
-        return value
-    raise ValueError(f"regex flags must be an int or a list of names, got {flags!r}")
-
-
-def _to_pattern(value: Any) -> re.Pattern[str]:
-    if isinstance(value, re.Pattern):
-        if not isinstance(value.pattern, str):
-            raise ValueError("regex patterns must be str patterns, not bytes")
-        return value
-    try:
-        if isinstance(value, str):
-            return re.compile(value)
-        if isinstance(value, dict) and isinstance(value.get("pattern"), str):
-            return re.compile(value["pattern"], _parse_flags(value.get("flags", 0)))
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
-    except (OverflowError, TypeError) as exc:  # flags out of range, say
-        raise ValueError(f"invalid regular expression {value!r:.200}: {exc}") from exc
-    raise ValueError(
-        f'a regex pattern is a string, a compiled str pattern or {{"pattern", "flags"}}; '
-        f"got {value!r:.80}"
-    )
-
-
-def _dump_pattern(pattern: re.Pattern[str]) -> str | dict[str, Any]:
-    flags = pattern.flags & ~re.UNICODE
-    if not flags:
-        return pattern.pattern
-    names = [name for name, bit in _FLAG_NAMES.items() if flags & bit]
-    if sum(_FLAG_NAMES[name] for name in names) == flags:
-        return {"pattern": pattern.pattern, "flags": names}
-    return {"pattern": pattern.pattern, "flags": flags}
-
-
-RegexPattern = Annotated[
-    re.Pattern[str],
-    BeforeValidator(_to_pattern),
-    PlainSerializer(_dump_pattern),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string"},
-                {
-                    "type": "object",
-                    "properties": {"pattern": {"type": "string"}, "flags": {}},
-                    "required": ["pattern"],
-                },
-            ]
-        }
-    ),
-]
-"""A compiled ``str`` pattern; JSON is the pattern string, or ``{"pattern", "flags"}``."""
-
-
-class _Unset:
-    """The default of a constructor argument not given: the field keeps its own default."""
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_UNSET: Any = _Unset()
-
-
-def _given(data: dict[str, Any], **arguments: Any) -> dict[str, Any]:
-    """``data`` (a constructor's keyword arguments) with the arguments given by position added.
-
-    The judges take their main fields by position as well as by keyword, as
-    DESIGN names them (``ExecutableJudge(command, continue_threshold, ...)``);
-    pydantic then validates them like any other field.
-    """
-    data.update((name, value) for name, value in arguments.items() if value is not _UNSET)
-    return data
 
 
 class _Typed(BaseModel):
@@ -184,14 +85,14 @@ class ExecutableJudge(_JudgeBase):
     def __init__(
         self,
         /,
-        command: Sequence[str | os.PathLike[str]] = _UNSET,
-        continue_threshold: float = _UNSET,
-        cwd: str | None = _UNSET,
-        timeout_s: float | None = _UNSET,
+        command: Sequence[str | os.PathLike[str]] = UNSET,
+        continue_threshold: float = UNSET,
+        cwd: str | None = UNSET,
+        timeout_s: float | None = UNSET,
         **data: Any,
     ) -> None:
         super().__init__(
-            **_given(
+            **with_positional(
                 data,
                 command=command,
                 continue_threshold=continue_threshold,
@@ -244,10 +145,10 @@ class RegexJudge(_JudgeBase):
         /,
         patterns: Sequence[str | re.Pattern[str] | Mapping[str, Any]]
         | str
-        | re.Pattern[str] = _UNSET,
+        | re.Pattern[str] = UNSET,
         **data: Any,
     ) -> None:
-        super().__init__(**_given(data, patterns=patterns))
+        super().__init__(**with_positional(data, patterns=patterns))
 
     @field_validator("patterns", mode="before")
     @classmethod
@@ -272,9 +173,9 @@ class CustomJudge(_JudgeBase):
     """Keyword arguments for the registered judge's constructor (JSON values)."""
 
     def __init__(
-        self, /, name: str = _UNSET, params: Mapping[str, Any] = _UNSET, **data: Any
+        self, /, name: str = UNSET, params: Mapping[str, Any] = UNSET, **data: Any
     ) -> None:
-        super().__init__(**_given(data, name=name, params=params))
+        super().__init__(**with_positional(data, name=name, params=params))
 
 
 class Criterion(BaseModel):
@@ -305,13 +206,13 @@ class FileContext(_ContextBase):
     """Bytes shown per file; the rest is cut with a visible marker."""
 
     def __init__(
-        self, /, paths: Sequence[str | os.PathLike[str]] | str = _UNSET, **data: Any
+        self, /, paths: Sequence[str | os.PathLike[str]] | str = UNSET, **data: Any
     ) -> None:
         if isinstance(paths, str):
             paths = [paths]
         elif isinstance(paths, (list, tuple)):
             paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
-        super().__init__(**_given(data, paths=paths))
+        super().__init__(**with_positional(data, paths=paths))
 
 
 class TranscriptContext(_ContextBase):
@@ -336,8 +237,8 @@ class TextContext(_ContextBase):
     type: Literal["text"] = "text"
     text: str
 
-    def __init__(self, /, text: str = _UNSET, **data: Any) -> None:
-        super().__init__(**_given(data, text=text))
+    def __init__(self, /, text: str = UNSET, **data: Any) -> None:
+        super().__init__(**with_positional(data, text=text))
 
 
 class CustomContext(_ContextBase):
@@ -349,9 +250,9 @@ class CustomContext(_ContextBase):
     """Keyword arguments for the registered provider's constructor (JSON values)."""
 
     def __init__(
-        self, /, name: str = _UNSET, params: Mapping[str, Any] = _UNSET, **data: Any
+        self, /, name: str = UNSET, params: Mapping[str, Any] = UNSET, **data: Any
     ) -> None:
-        super().__init__(**_given(data, name=name, params=params))
+        super().__init__(**with_positional(data, name=name, params=params))
 
 
 ContextSpec = Annotated[
@@ -380,12 +281,12 @@ class RubricJudge(_JudgeBase):
     def __init__(
         self,
         /,
-        rubric: Sequence[Criterion | Mapping[str, Any]] = _UNSET,
-        context: Sequence[ContextSpec | Mapping[str, Any]] = _UNSET,
-        model: str | None = _UNSET,
+        rubric: Sequence[Criterion | Mapping[str, Any]] = UNSET,
+        context: Sequence[ContextSpec | Mapping[str, Any]] = UNSET,
+        model: str | None = UNSET,
         **data: Any,
     ) -> None:
-        super().__init__(**_given(data, rubric=rubric, context=context, model=model))
+        super().__init__(**with_positional(data, rubric=rubric, context=context, model=model))
 
 
 class AllJudge(_JudgeBase):

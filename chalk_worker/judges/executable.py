@@ -22,7 +22,7 @@ from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.pymain import parse_python_command
+from chalk_worker.sandbox.pycommand import parse_python_command
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox.session import SandboxSession

@@ -1,42 +1,39 @@
 """Unpacking a student's tar archive without trusting a byte of it.
 
-The archive is decompressed and parsed here, one 512-byte header at a time, instead of
-through :mod:`tarfile`: its ``filter='data'`` was bypassed on our machines
-(CVE-2025-4517), and iterating a hostile archive with it can take gigabytes of memory.
-Every header is judged before its entry touches the disk, and every violation is a
+The archive is decompressed and parsed by ``tarstream``, one 512-byte header at
+a time, instead of through :mod:`tarfile`: its ``filter='data'`` was bypassed on
+our machines (CVE-2025-4517), and iterating a hostile archive with it can take
+gigabytes of memory. Here every entry is judged before it touches the disk (its
+type, its path, collisions with earlier entries, the caps), then written without
+ever following a link. Every violation is a
 :class:`~chalk_client.errors.StudentMisbehaviorError`, never a crash.
 """
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import errno
 import logging
-import lzma
-import mmap
 import os
-import re
 import shutil
-import struct
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
 
 from chalk_client.errors import StudentMisbehaviorError
+from chalk_worker.sandbox.tarstream import (
+    CHUNK,
+    Archive,
+    TarEntry,
+    TarReader,
+    padded,
+    shown_name,
+    tar_entries,
+)
 
 log = logging.getLogger(__name__)
 
-_BLOCK = 512
-_CHUNK = 64 * 1024
-_MAX_EXTENDED = 64 * 1024  # a GNU long name or PAX header; real ones are a few hundred bytes
 _MAX_PART, _MAX_PATH = 255, 4096  # Linux's NAME_MAX and PATH_MAX
-# Enough for every xz preset (-9 needs 65 MiB); refuses a stream asking for a 1.5 GiB dictionary.
-_XZ_MEMLIMIT = 80 * 1024 * 1024
-_ZERO_BLOCK = bytes(_BLOCK)
 _FILE_TYPES = (b"0", b"\0", b"7")
-_EXTENDED_TYPES = (b"L", b"K", b"x", b"g")
 _REFUSED_TYPES = {
     b"1": "a hard link",
     b"2": "a symbolic link",
@@ -60,170 +57,13 @@ _PROVOKED = {
 }
 
 
-class _Decompressor(Protocol):
-    @property
-    def eof(self) -> bool: ...
-    @property
-    def needs_input(self) -> bool: ...
-    @property
-    def unused_data(self) -> bytes: ...
-    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
-
-
-class _GzipDecompressor:
-    """zlib's gzip decoder behind the bz2/lzma interface (3.11's zlib has no ``needs_input``)."""
-
-    def __init__(self) -> None:
-        self._zlib = zlib.decompressobj(wbits=31)
-        self.needs_input = True
-
-    @property
-    def eof(self) -> bool:
-        return self._zlib.eof
-
-    @property
-    def unused_data(self) -> bytes:
-        return self._zlib.unused_data
-
-    def decompress(self, data: bytes, max_length: int, /) -> bytes:
-        out = self._zlib.decompress(data or self._zlib.unconsumed_tail, max_length)
-        # A full ``out`` may leave output pending inside zlib even with no input left.
-        self.needs_input = not self._zlib.unconsumed_tail and len(out) < max_length
-        return out
-
-
-_FORMATS: tuple[tuple[bytes, Callable[[], _Decompressor]], ...] = (
-    (b"\x1f\x8b", _GzipDecompressor),
-    (b"BZh", bz2.BZ2Decompressor),
-    (b"\xfd7zXZ\x00", lambda: lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=_XZ_MEMLIMIT)),
-)
-
-
-Archive = bytes | mmap.mmap
-"""The archive in memory, or a file mapped into it (pages are read as they are needed)."""
-
-
-def _decompressed(
-    archive: Archive, magic: bytes, new: Callable[[], _Decompressor]
-) -> Iterator[bytes]:
-    """Yield the archive decompressed in pieces of at most ``_CHUNK`` bytes, stream by stream."""
-    position = 0
-    while archive[position : position + len(magic)] == magic:
-        decompressor = new()
-        while not decompressor.eof:
-            data = b""
-            if decompressor.needs_input:
-                data = archive[position : position + _CHUNK]
-                if not data:
-                    raise EOFError("the compressed data ends before its end-of-stream marker")
-                position += len(data)
-            yield decompressor.decompress(data, _CHUNK)
-        position -= len(decompressor.unused_data)
-
-
-def _pieces(archive: Archive) -> Iterator[bytes]:
-    """The tar stream inside ``archive``: decompressed if its magic bytes say so."""
-    plain = (archive[i : i + _CHUNK] for i in range(0, len(archive), _CHUNK))
-    if _header_checksum_ok(archive[:_BLOCK]):  # a plain tar whose first name is "BZh..."
-        return plain
-    for magic, new in _FORMATS:
-        if archive[: len(magic)] == magic:
-            return _decompressed(archive, magic, new)
-    return plain
-
-
-class _Reader:
-    """The tar stream, read in exact pieces and counted against ``max_bytes`` before reading."""
-
-    def __init__(self, pieces: Iterator[bytes], max_bytes: int) -> None:
-        self._pieces = pieces
-        self._buffer = bytearray()
-        self._max_bytes = max_bytes
-        self.consumed = 0
-
-    def reserve(self, size: int) -> None:
-        """Refuse now if ``size`` more bytes would take the stream past ``max_bytes``."""
-        if self.consumed + size > self._max_bytes:
-            raise _bad(f"submission is larger than {self._max_bytes} bytes unpacked")
-
-    def read(self, size: int) -> bytes:
-        """``size`` bytes, or fewer only where the stream ends."""
-        self.reserve(size)
-        while len(self._buffer) < size:
-            try:
-                piece = next(self._pieces, None)
-            except EOFError as error:
-                raise _bad(f"submission archive is truncated: {error}") from error
-            except (OSError, ValueError, zlib.error, lzma.LZMAError) as error:
-                message = f"submission archive is damaged and cannot be decompressed ({error})"
-                raise _bad(message) from error
-            if piece is None:
-                break
-            self._buffer += piece
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        self.consumed += len(data)
-        return data
-
-    def exact(self, size: int) -> bytes:
-        """``size`` bytes; a stream ending sooner is a truncated archive."""
-        data = self.read(size)
-        if len(data) < size:
-            raise _bad("submission archive is truncated: it ends in the middle of an entry")
-        return data
-
-
 def _bad(message: str) -> StudentMisbehaviorError:
     return StudentMisbehaviorError(message)
 
 
-def _show(name: bytes) -> str:
-    text = name.decode("utf-8", "backslashreplace")
-    return repr(text if len(text) <= 100 else text[:100] + "...")
-
-
-def _padded(size: int) -> int:
-    return -(-size // _BLOCK) * _BLOCK
-
-
-def _number(field: bytes) -> int | None:
-    """A numeric header field (octal text, or GNU base-256); None when malformed or negative."""
-    if field[:1] == b"\x80":
-        return int.from_bytes(field[1:], "big")
-    digits = field.split(b"\0", 1)[0].strip()
-    return int(digits or b"0", 8) if re.fullmatch(rb"[0-7]*", digits) else None
-
-
-def _header_checksum_ok(block: bytes) -> bool:
-    if len(block) < _BLOCK:
-        return False
-    stored = _number(block[148:156])
-    # Some old tars summed signed bytes; tarfile accepts both, and so do we.
-    unsigned = 256 + sum(struct.unpack_from("148B8x356B", block))
-    signed = 256 + sum(struct.unpack_from("148b8x356b", block))
-    return stored in (unsigned, signed)
-
-
-def _pax_records(payload: bytes) -> dict[bytes, bytes]:
-    """The ``key=value`` records of a PAX extended header."""
-    records: dict[bytes, bytes] = {}
-    position = 0
-    while position < len(payload) and payload[position] != 0:
-        space = payload.find(b" ", position)
-        length = payload[position:space]
-        end = position + int(length) if space > 0 and length.isdigit() else -1
-        record = payload[space + 1 : end]
-        if end <= space or end > len(payload) or not record.endswith(b"\n") or b"=" not in record:
-            raise _bad("submission archive has a damaged PAX extended header")
-        key, _, value = record[:-1].partition(b"=")
-        records[key] = value
-        position = end
-    return records
-
-
 def _parts(name: bytes, max_depth: int) -> tuple[bytes, ...]:
     """The components of an entry's path, refused unless it stays inside the submission folder."""
-    shown = _show(name)
+    shown = shown_name(name)
     if not name:
         raise _bad("submission has an entry with an empty name")
     if b"\0" in name:
@@ -256,7 +96,7 @@ class _Tree:
         folders = [parts[:i] for i in range(1, len(parts))]
         for folder in folders:
             if self.kinds.get(folder) == _FILE:
-                where = _show(b"/".join(folder))
+                where = shown_name(b"/".join(folder))
                 raise _bad(f"submission entry {shown} needs folder {where}, which is a file")
         new = [folder for folder in folders if folder not in self.kinds]
         seen = self.kinds.get(parts)
@@ -290,7 +130,7 @@ class _Tree:
             raise
         return fd
 
-    def write_file(self, parts: tuple[bytes, ...], mode: int, size: int, reader: _Reader) -> None:
+    def write_file(self, parts: tuple[bytes, ...], mode: int, size: int, reader: TarReader) -> None:
         """Create the file at ``parts`` (it must not exist) and copy ``size`` bytes into it."""
         folder = self.open_folder(parts[:-1])
         try:
@@ -300,7 +140,7 @@ class _Tree:
         with open(fd, "wb") as out:
             os.fchmod(fd, mode)
             while size:
-                piece = reader.exact(min(size, _CHUNK))
+                piece = reader.exact(min(size, CHUNK))
                 out.write(piece)
                 size -= len(piece)
 
@@ -319,57 +159,10 @@ def _writing(shown: str) -> Iterator[None]:
         raise _bad(f"submission entry {shown} could not be written: {why}") from exc
 
 
-def _header(reader: _Reader, first: bool) -> tuple[bytes, int, int] | None:
-    """The next header block with its size and mode; ``None`` at the end-of-archive block."""
-    block = reader.read(_BLOCK)
-    if block == _ZERO_BLOCK:
-        return None
-    if not _header_checksum_ok(block):
-        if first:
-            raise _bad("submission is not a tar archive (it does not start with a tar header)")
-        if len(block) < _BLOCK:
-            raise _bad("submission archive is truncated: it ends before its end marker")
-        raise _bad(f"submission archive is damaged: no tar header at byte {reader.consumed - 512}")
-    size, mode = _number(block[124:136]), _number(block[100:108])
-    if size is None or mode is None:
-        raise _bad("submission archive has a damaged tar header (a malformed number)")
-    return block, size, mode
-
-
-def _read_extended(reader: _Reader, kind: bytes, size: int, extended: dict[bytes, bytes]) -> None:
-    """Read a GNU long-name or PAX header into ``extended`` (path and size overrides)."""
-    if size > _MAX_EXTENDED:
-        raise _bad(f"submission has a {size}-byte extended header (limit {_MAX_EXTENDED})")
-    payload = reader.exact(_padded(size))[:size]
-    if kind == b"L":
-        extended[b"long name"] = payload.rstrip(b"\0")
-    elif kind == b"x":
-        records = _pax_records(payload)
-        if any(key.startswith(b"GNU.sparse.") for key in records):
-            raise _bad("submission has a sparse file (GNU.sparse); only files are allowed")
-        extended.update((k, v) for k, v in records.items() if k in (b"path", b"size") and v)
-
-
-def _entry_name(block: bytes, size: int, extended: dict[bytes, bytes]) -> tuple[bytes, int]:
-    """The entry's name and size, after the extended headers that preceded it (then forgotten)."""
-    name = block[:100].split(b"\0", 1)[0]
-    prefix = block[345:500].split(b"\0", 1)[0]
-    if block[257:263] == b"ustar\0" and prefix:
-        name = prefix + b"/" + name
-    name = extended.get(b"path", extended.get(b"long name", name))
-    if b"size" in extended:
-        if not extended[b"size"].isdigit():
-            raise _bad(f"submission entry {_show(name)} has a malformed PAX size")
-        size = int(extended[b"size"])
-    extended.clear()
-    return name, size
-
-
-def _write_entry(
-    reader: _Reader, tree: _Tree, kind: bytes, name: bytes, size: int, mode: int, max_depth: int
-) -> None:
+def _write_entry(reader: TarReader, tree: _Tree, entry: TarEntry, max_depth: int) -> None:
     """Check one file or folder entry and write it (a file's data follows its header)."""
-    shown = _show(name)
+    kind, name, size, mode = entry
+    shown = shown_name(name)
     is_folder = kind == b"5" or (kind == b"\0" and name.endswith(b"/"))
     if not is_folder and kind not in _FILE_TYPES:
         what = _REFUSED_TYPES.get(kind, f"of unsupported type {kind!r}")
@@ -385,26 +178,17 @@ def _write_entry(
         return
     if not parts:
         raise _bad(f"submission entry {shown} is a file in place of the submission folder")
-    reader.reserve(_padded(size))
+    reader.reserve(padded(size))
     tree.admit(parts, _FILE, shown)
     with _writing(shown):
         tree.write_file(parts, 0o755 if mode & 0o111 else 0o644, size, reader)
-    reader.exact(_padded(size) - size)
+    reader.exact(padded(size) - size)
 
 
-def _unpack(reader: _Reader, tree: _Tree, max_depth: int) -> None:
-    """Parse headers and write entries until the end-of-archive block."""
-    extended: dict[bytes, bytes] = {}  # path/size overrides from GNU and PAX headers
-    first = True
-    while (header := _header(reader, first)) is not None:
-        first = False
-        block, size, mode = header
-        kind = block[156:157]
-        if kind in _EXTENDED_TYPES:
-            _read_extended(reader, kind, size, extended)
-            continue
-        name, size = _entry_name(block, size, extended)
-        _write_entry(reader, tree, kind, name, size, mode, max_depth)
+def _unpack(reader: TarReader, tree: _Tree, max_depth: int) -> None:
+    """Check and write the stream's entries until its end-of-archive block."""
+    for entry in tar_entries(reader):
+        _write_entry(reader, tree, entry, max_depth)
 
 
 def unpack_submission(
@@ -425,7 +209,7 @@ def unpack_submission(
     """
     if not archive:
         raise _bad("submission is not a tar archive (it is empty)")
-    reader = _Reader(_pieces(archive), max_bytes)
+    reader = TarReader(archive, max_bytes)
     root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     tree = _Tree(root, max_entries)
     try:

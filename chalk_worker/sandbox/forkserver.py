@@ -8,7 +8,8 @@ run at a time and never runs job code itself:
 
 - ahead of each run, the server forks a **spare** process, which takes new mount
   and IPC namespaces and builds most of a fresh root there (the server's view,
-  a ``/proc`` that lists only the run's own processes, a private ``/tmp``);
+  a ``/proc`` that lists only the run's own processes, a private ``/tmp``:
+  ``runroot``);
 - when a run comes, the spare gets the request and becomes the **program**: it
   joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
   scratch and named paths (handed over as detached mounts) to its root, chroots
@@ -17,7 +18,7 @@ run at a time and never runs job code itself:
   uid and gid with no groups and no capabilities, the user keyring emptied;
   then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
   interpreter's ``main`` replayed in this already-started one (a warm run,
-  ``pymain``).
+  ``pymain``, for the commands ``pycommand`` finds fit).
 - the server is the subreaper of everything the program starts. When the
   program ends, it kills whatever is left in its PID namespace (only the run's
   processes live there besides bubblewrap's init and the server), reaps it,
@@ -40,7 +41,10 @@ Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
    ``setup: what failed``), then ``{"end": ...}``: the program's wait status
    as text (empty when the init was killed).
 
-Standard library only, started as a script: ``python forkserver.py FD``.
+Standard library only, started as a script: ``python forkserver.py FD``. The
+modules of this folder it uses (``syscalls``, ``runroot``, ``pycommand``,
+``pymain``) are loaded by path with ``_sibling``, never imported: scripts must
+not find the server's code in ``sys.modules``.
 """
 
 import sys
@@ -58,32 +62,34 @@ import os  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
-import stat  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
-STAGE = "/.chalk-run"
-"""Where a run builds its root (a folder of the server's view)."""
 MAX_FDS = 64
 """Descriptors one run request may carry."""
 
 
-def _sibling(name: str) -> Any:
+def _sibling(name: str, **given: Any) -> Any:
     """A module of this folder, loaded by path and not registered in ``sys.modules``.
 
-    Scripts must not see, or import, the server's own code.
+    Scripts must not see, or import, the server's own code. ``given``: the
+    siblings it uses, loaded this way already, set in it before its code runs
+    (it cannot import them).
     """
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_chalk_fork_server_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    vars(module).update(given)
     spec.loader.exec_module(module)
     return module
 
 
 if TYPE_CHECKING:
-    from chalk_worker.sandbox import pymain, syscalls
+    from chalk_worker.sandbox import pycommand, pymain, runroot, syscalls
 elif __name__ == "__main__":
-    syscalls = _sibling("syscalls")  # pymain too, once the configuration asks for warm runs
+    # pycommand and pymain too, once the configuration asks for warm runs
+    syscalls = _sibling("syscalls")
+    runroot = _sibling("runroot", syscalls=syscalls)
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -123,93 +129,6 @@ def _preload(names: list[str]) -> str:
     if threading is not None and threading.active_count() > 1:
         return "a preloaded module started a thread: forking would not be safe"
     return "could not import " + ", ".join(failed) if failed else ""
-
-
-Step = tuple[str, str, str]
-"""One step of making a run's root, decided once per server: ``(action, path, detail)``."""
-
-
-def plan_root(view: list[list[str]]) -> list[Step]:
-    """The steps that make a run's root from the server's view, paths under ``STAGE``.
-
-    Every check (is it a folder? bound already with the folder above it?) is made
-    here, once: a run's process, a fork, then only executes them.
-    """
-    steps: list[Step] = []
-    bound: list[str] = []
-    for kind, path, detail in view:
-        target = STAGE + path
-        if kind == "symlink":
-            steps.append(("symlink", target, detail))
-        elif kind == "dir":
-            steps.append(("mkdir", target, ""))
-        elif kind in ("ro", "rw"):
-            if any(path.startswith(f"{done}/") for done in bound):
-                continue  # comes with the recursive bind of a folder above it
-            steps.append(("mkdir" if os.path.isdir(path) else "touch", target, ""))
-            steps.append(("bind", target, path))
-            bound.append(path)
-        elif kind == "proc":
-            # bubblewrap also binds /proc/sys, /proc/irq... read-only again: it may run its
-            # command as root of a user namespace. A run here has no capability at all.
-            steps += [("mkdir", target, ""), ("proc", target, "")]
-        elif kind == "dev":
-            steps += [("mkdir", target, ""), ("bind", target, "/dev")]
-        elif kind == "tmpfs":
-            steps += [("mkdir", target, ""), ("tmpfs", target, "")]
-    return steps
-
-
-def _build_root(plan: list[Step]) -> None:
-    """Make the part of a run's root that does not depend on the job, at ``STAGE``.
-
-    In the (spare) run process's own mount namespace; ``_finish_root`` adds the
-    job's part when the request comes.
-    """
-    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
-    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-    syscalls.mount("tmpfs", STAGE, "tmpfs", flags)
-    os.chmod(STAGE, 0o755)
-    for action, target, detail in plan:
-        if action == "mkdir":
-            os.mkdir(target, 0o755)
-        elif action == "bind":
-            syscalls.mount(detail, target, None, syscalls.MS_BIND | syscalls.MS_REC)
-        elif action == "symlink":
-            os.symlink(detail, target)
-        elif action == "touch":
-            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-        elif action == "proc":
-            # Processes of other users (the server, the sandbox's init) are not even listed.
-            proc_flags = flags | syscalls.MS_NOEXEC
-            syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
-        elif action == "tmpfs":  # its size is the run's: set again by _finish_root
-            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
-
-
-def _finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
-    """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
-    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
-    size = f"mode=0755,size={request['tmp_bytes']}"
-    for action, target, _ in plan:
-        if action == "tmpfs":
-            syscalls.mount(None, target, None, syscalls.MS_REMOUNT | flags, size)
-    for path, fd in zip(request["mounts"], mount_fds, strict=True):
-        target = STAGE + path
-        if not os.path.lexists(target):  # it may be in a folder attached before it
-            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                os.mkdir(target, 0o755)
-            else:
-                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-        syscalls.attach(fd, target)
-    # chroot, not pivot_root: unmounting the old root would cost an RCU grace period
-    # (~1 ms) per run. The run cannot leave it: it drops every capability before
-    # running anything (no CAP_SYS_CHROOT, no mounts), holds no descriptor of a folder
-    # outside, sees only its own processes in /proc, and the kernel refuses a user
-    # namespace (the way to regain capabilities) to a chrooted process.
-    os.chroot(STAGE)
-    os.chdir("/")
 
 
 def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
@@ -261,7 +180,7 @@ class _Spare:
 
 
 def _make_spare(
-    server: socket.socket, plan: list[Step], warm: "pymain.Interpreter | None"
+    server: socket.socket, plan: list["runroot.Step"], warm: "pymain.Interpreter | None"
 ) -> _Spare:
     """Fork the process of the next run (done between runs: off their path)."""
     hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -278,7 +197,7 @@ def _make_spare(
 
 
 def _wait_as_spare(
-    hand: socket.socket, started: int, plan: list[Step], warm: "pymain.Interpreter | None"
+    hand: socket.socket, started: int, plan: list["runroot.Step"], warm: "pymain.Interpreter | None"
 ) -> NoReturn:
     """A spare: make its namespaces and root, wait for its request, become the run."""
     gc.disable()  # nothing to collect before exec (a warm run turns it back on)
@@ -286,7 +205,7 @@ def _wait_as_spare(
     try:
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
         os.umask(0o022)
-        _build_root(plan)
+        runroot.build_root(plan)
     except BaseException as exc:
         problem = f"setup: {type(exc).__name__}: {exc}"
     try:
@@ -303,7 +222,7 @@ def _wait_as_spare(
 
 
 def _become_program(
-    fds: list[int], started: int, plan: list[Step], warm: "pymain.Interpreter | None"
+    fds: list[int], started: int, plan: list["runroot.Step"], warm: "pymain.Interpreter | None"
 ) -> NoReturn:
     """The run's process: the job's set-up, then the command (exec or warm). Never returns."""
     try:
@@ -313,7 +232,7 @@ def _become_program(
         for fd in fds[3 : 3 + count]:
             os.write(fd, b"0")  # 0: the writer itself; its children follow
         syscalls.unshare(syscalls.CLONE_NEWCGROUP)  # its root: the slot's groups
-        _finish_root(plan, request, fds[3 + count :])
+        runroot.finish_root(plan, request, fds[3 + count :])
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(stdout, 1)
@@ -330,7 +249,7 @@ def _become_program(
         syscalls.clear_user_keyring()
         argv: list[str] = request["argv"]
         if request["python"] is not None and warm is not None:
-            command = pymain.PythonCommand.from_json(request["python"])
+            command = pycommand.PythonCommand.from_json(request["python"])
             refusal = _warm_refusal(command, warm)
             if refusal:
                 os.write(started, f"cold: {refusal}".encode())
@@ -348,14 +267,14 @@ def _become_program(
     os._exit(127)
 
 
-def _warm_refusal(command: "pymain.PythonCommand", warm: "pymain.Interpreter") -> str:
+def _warm_refusal(command: "pycommand.PythonCommand", warm: "pymain.Interpreter") -> str:
     """Why this command must run cold ("" when it can run warm); checked as the slot's user."""
     if command.kind == "script":
-        source = pymain.read_script(command.target)
+        source = pycommand.read_script(command.target)
         if isinstance(source, str):
             return source
-    folder = pymain.first_path_entry(command)
-    shadow = pymain.shadowed_module(folder, warm.preloaded)
+    folder = pycommand.first_path_entry(command)
+    shadow = pycommand.shadowed_module(folder, warm.preloaded)
     if shadow is not None:
         return f"{os.path.join(folder, shadow)} would be imported instead of a preloaded module"
     return ""
@@ -427,11 +346,12 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     config = json.loads(sock.recv(1 << 20))
     _harden()
-    plan = plan_root(config["view"])
+    plan = runroot.plan_root(config["view"])
     note = _preload(config["preload"]) if config["warm"] else ""
     if config["warm"]:
-        global pymain
-        pymain = _sibling("pymain")
+        global pycommand, pymain
+        pycommand = _sibling("pycommand")
+        pymain = _sibling("pymain", pycommand=pycommand)
     warm = pymain.Interpreter(_STARTUP_MODULES, _STARTUP_PATH) if config["warm"] else None
     if note.startswith("a preloaded module started a thread"):
         warm = None

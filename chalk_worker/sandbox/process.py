@@ -1,9 +1,10 @@
 """Starting, watching and capturing one contained process.
 
-The pieces ``Sandbox`` assembles: the limits and outcome of a run, a pipe
-drained into a capped buffer, the child-side set-up between ``fork`` and
-``exec`` (cgroups, rlimits, dropping to the slot user), and a last-resort sweep
-by environment token for machines with no better way to find leftovers.
+The pieces runs are assembled from (``direct``, ``served``): the limits and
+outcome of a run, a pipe drained into a capped buffer, the child-side set-up
+between ``fork`` and ``exec`` (cgroups, rlimits, dropping to the slot user),
+and a last-resort sweep by environment token for machines with no better way
+to find leftovers.
 """
 
 from __future__ import annotations

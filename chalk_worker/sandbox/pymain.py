@@ -11,133 +11,29 @@ uncaught exception through ``sys.excepthook``, non-daemon threads joined,
 ``atexit`` callbacks, streams flushed (status 120 when stdout cannot be), and
 death by ``SIGINT`` after an uncaught ``KeyboardInterrupt``.
 
-``warm_refusal`` says when a command must run cold instead: a script that is a
-zip archive or compiled code, or a first ``sys.path`` entry holding a module
-the server imported (``json.py`` beside a script: the cold interpreter would
-import that one). Standard library only: the fork server loads this file by
-path.
+Which commands run warm, and the checks made before, are ``pycommand``'s.
+Standard library only: the fork server loads this file by path (``_sibling``)
+and gives it ``pycommand``, loaded the same way, before its code runs.
 """
 
 import atexit
 import contextlib
 import importlib.machinery
-import importlib.util
 import io
 import operator
 import os
 import signal
 import site
-import stat
 import sys
 import types
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-MAX_ARGUMENT_BYTES = 128 * 1024
-"""Longest single argument ``execve`` takes (``MAX_ARG_STRLEN``); longer ones run cold."""
+if TYPE_CHECKING:
+    from chalk_worker.sandbox import pycommand
 
 _FINAL_CODE_CHANGED = 120
 """The status of an interpreter whose standard streams could not be flushed at exit."""
 _MISSING = object()
-
-
-class PythonCommand:
-    """A ``{python}`` command the warm path can run: ``-c``, ``-m`` or a script, and its args."""
-
-    def __init__(self, kind: str, target: str, args: list[str]) -> None:
-        self.kind = kind
-        """``code``, ``module`` or ``script``."""
-        self.target = target
-        """The code, the module's name or the script's path."""
-        self.args = args
-        """The arguments after it (``sys.argv[1:]``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The command as JSON-ready data, for the fork server."""
-        return {"kind": self.kind, "target": self.target, "args": self.args}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "PythonCommand":
-        """The command from ``to_json``'s data."""
-        return cls(str(data["kind"]), str(data["target"]), [str(a) for a in data["args"]])
-
-
-def parse_python_command(argv: list[str]) -> PythonCommand | None:
-    """The warm form of ``argv`` (``[python, ...]``), or ``None`` if it must run cold.
-
-    Only ``-c CODE``, ``-m MODULE`` and ``SCRIPT``, each with any arguments, are
-    warm. Options (``-u``, ``-X dev``, ``-I``...), reading the program from
-    stdin, and arguments ``execve`` would refuse (a NUL byte, text that is not
-    a file name, one longer than 128 KiB) run cold, which behaves as before.
-    """
-    if len(argv) < 2:
-        return None
-    for word in argv:
-        try:
-            encoded = os.fsencode(word)
-        except UnicodeError:
-            return None
-        if b"\0" in encoded or len(encoded) >= MAX_ARGUMENT_BYTES:
-            return None
-    first = argv[1]
-    if first in ("-c", "-m"):
-        if len(argv) < 3 or (first == "-m" and not argv[2]):
-            return None
-        return PythonCommand("code" if first == "-c" else "module", argv[2], argv[3:])
-    if first.startswith("-") or not first:
-        return None
-    return PythonCommand("script", first, argv[2:])
-
-
-def first_path_entry(command: PythonCommand) -> str:
-    """``sys.path[0]`` of the cold interpreter (call in the run's working folder)."""
-    if command.kind == "code":
-        return ""
-    if command.kind == "module":
-        return os.getcwd()
-    return os.path.dirname(os.path.realpath(command.target))
-
-
-def _zip_or_compiled(source: bytes, path: str) -> bool:
-    """Whether the interpreter would run ``source`` as a zip application or as bytecode."""
-    return (
-        path.endswith(".pyc")
-        or source[:2] == importlib.util.MAGIC_NUMBER[:2]
-        or source.startswith(b"PK\x03\x04")
-        or b"PK\x05\x06" in source[-65557:]  # a zip's end record: an archive after a prefix
-    )
-
-
-def read_script(path: str) -> bytes | str:
-    """The script's bytes, or why the warm path cannot run it (the cold one will say more)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return f"cannot open the script: {exc.strerror}"
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return "the script is not a regular file"
-        source = handle.read()
-    if _zip_or_compiled(source, path):
-        return "the script is a zip archive or compiled code"
-    return source
-
-
-def shadowed_module(folder: str, preloaded: frozenset[str]) -> str | None:
-    """A module the server imported that ``folder`` (first on ``sys.path``) would replace.
-
-    Any entry named like one of them (``json.py``, ``json/``, ``json.so``...)
-    counts, whether or not the cold interpreter would really pick it: when in
-    doubt, the command runs cold.
-    """
-    try:
-        names = os.listdir(folder or ".")
-    except OSError:
-        return None  # the import system cannot list it either: nothing there is found
-    for name in names:
-        if name.partition(".")[0] in preloaded:
-            return name
-    return None
 
 
 class StdioShape:
@@ -249,7 +145,7 @@ class Interpreter:
         Make the ``Interpreter`` once everything is imported."""
 
     def run_main(
-        self, argv: list[str], command: PythonCommand, env: list[tuple[str, str]]
+        self, argv: list[str], command: "pycommand.PythonCommand", env: list[tuple[str, str]]
     ) -> NoReturn:
         """Become the cold interpreter of ``argv`` and run its program; never returns."""
         os.environ.clear()
@@ -271,12 +167,12 @@ class Interpreter:
             main.__dict__.pop("__cached__", None)
         _finish(status, interrupted=isinstance(ended, KeyboardInterrupt))
 
-    def _fresh_sys(self, argv: list[str], command: PythonCommand) -> None:
+    def _fresh_sys(self, argv: list[str], command: "pycommand.PythonCommand") -> None:
         sys.argv = ["-c" if command.kind == "code" else "-m", *command.args]
         if command.kind == "script":
             sys.argv = [command.target, *command.args]
         sys.orig_argv = list(argv)
-        sys.path[:] = [first_path_entry(command), *self.base_path]
+        sys.path[:] = [pycommand.first_path_entry(command), *self.base_path]
         for entry in list(sys.path_importer_cache):
             if entry == self.server_path0 or not os.path.isabs(entry):
                 del sys.path_importer_cache[entry]
@@ -297,7 +193,9 @@ class Interpreter:
         return main
 
 
-def _run(command: PythonCommand, main: types.ModuleType, recursion: RecursionBudget) -> None:
+def _run(
+    command: "pycommand.PythonCommand", main: types.ModuleType, recursion: RecursionBudget
+) -> None:
     """Run the program in ``main`` (its frame is left out of tracebacks)."""
     if command.kind == "module":
         import runpy
@@ -311,7 +209,7 @@ def _run(command: PythonCommand, main: types.ModuleType, recursion: RecursionBud
         recursion.start_afresh()
         exec(code, main.__dict__)
         return
-    source = read_script(command.target)
+    source = pycommand.read_script(command.target)
     assert isinstance(source, bytes)  # checked before the run started
     # Made absolute as the interpreter's config does it (joined, not normalised).
     path = os.path.join(os.getcwd(), command.target)

@@ -22,7 +22,7 @@ from typing import Any
 
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.process import CappedBuffer, ProcessLimits, ProcessOutcome, sweep
-from chalk_worker.sandbox.pymain import PythonCommand
+from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.servers import (
     ForkServer,
     ForkServerLost,

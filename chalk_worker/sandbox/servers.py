@@ -31,6 +31,7 @@ from typing import Any
 from chalk_worker.sandbox import forkserver, syscalls
 from chalk_worker.sandbox.bwrap import ViewEntry, render_bwrap, view_entries
 from chalk_worker.sandbox.environment import script_env
+from chalk_worker.sandbox.runroot import STAGE
 from chalk_worker.sandbox.warm import preload_modules, preloaded_files
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ def server_config(bwrap: str, readonly_roots: Sequence[Path], *, warm: bool) -> 
     preload = preload_modules() if warm else []
     return ServerConfig(
         bwrap=bwrap,
-        server_view=[*server_view, ("dir", forkserver.STAGE, "")],
+        server_view=[*server_view, ("dir", STAGE, "")],
         run_view=run_view,
         env=script_env(Path("/"), isolated=True),
         preload=preload,

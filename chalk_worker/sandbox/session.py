@@ -12,7 +12,8 @@ Where the machine allows it (root, bubblewrap, Linux 5.12+), a run starts from
 a fork server (``servers``, ``forkserver``) that already sits in a sandbox:
 the command is executed from there, or, for ``{python}`` commands, the
 interpreter is forked without a new one starting (warm Python). Otherwise, or
-when a server dies, the run starts its own bubblewrap, as it always did.
+when a server dies, the run starts its own bubblewrap, as it always did
+(``direct``).
 """
 
 from __future__ import annotations
@@ -24,34 +25,23 @@ import functools
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
 from chalk_worker import cleanup
 from chalk_worker.sandbox import syscalls
-from chalk_worker.sandbox.bwrap import bwrap_argv, python_paths
+from chalk_worker.sandbox.bwrap import python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
+from chalk_worker.sandbox.direct import kill_everything, run_direct
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
-from chalk_worker.sandbox.process import (
-    TOKEN_VARIABLE,
-    Capture,
-    ProcessLimits,
-    ProcessOutcome,
-    carrying_token,
-    child_setup,
-    kill_group,
-    sweep,
-    wait_exit,
-)
-from chalk_worker.sandbox.pymain import PythonCommand
+from chalk_worker.sandbox.process import TOKEN_VARIABLE, ProcessLimits, ProcessOutcome
+from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
 from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
-from chalk_worker.sandbox.slots import Slot, SlotPool, processes_of
+from chalk_worker.sandbox.slots import Slot, SlotPool
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +117,23 @@ class SandboxSession:
                     "of its own",
                     exc,
                 )
-                self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                kill_everything(0, spec.cgroups, self.slot.uid, None)
                 self._clear_scratch()
             else:
                 if outcome is not None:
-                    self._kill_everything(0, spec.cgroups, self.slot.uid, "")
+                    kill_everything(0, spec.cgroups, self.slot.uid, None)
                     return outcome
-        return self._run_direct(argv, cwd=cwd, env=env, limits=limits, readonly=readonly)
+        return run_direct(
+            argv,
+            cwd=cwd,
+            env=env,
+            limits=limits,
+            layers=self.sandbox.layers,
+            readonly=[*self.sandbox.readonly_roots, *readonly],
+            scratch=self.scratch,
+            slot=self.slot,
+            cgroups=self.sandbox.cgroups_for(self.slot) if self.slot else None,
+        )
 
     def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
         """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""
@@ -157,116 +157,6 @@ class SandboxSession:
             folder.mkdir()
             if self.slot is not None:
                 os.chown(folder, self.slot.uid, self.slot.gid)
-
-    def _run_direct(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: dict[str, str],
-        limits: ProcessLimits,
-        readonly: Sequence[Path],
-    ) -> ProcessOutcome:
-        """Run ``argv`` in a sandbox of its own: bubblewrap (where present) started here."""
-        started = time.monotonic()
-        sandbox = self.sandbox
-        token = env[TOKEN_VARIABLE]
-        uid = self.slot.uid if self.slot else None
-        cgroups = sandbox.cgroups_for(self.slot) if self.slot else None
-        full = list(argv)
-        popen_cwd: Path | None = cwd
-        if sandbox.layers.bwrap:
-            full = self._wrap(full, cwd=cwd, limits=limits, readonly=readonly)
-            popen_cwd = None
-        oom_before = 0
-        if cgroups is not None:
-            cgroups.ensure()  # another Chalk process may have removed them since our last claim
-            cgroups.set_limits(limits.memory_bytes, limits.processes)
-            oom_before = cgroups.oom_kills()
-        fds = cgroups.open_for_join() if cgroups is not None else []
-        try:
-            process = subprocess.Popen(
-                full,
-                cwd=popen_cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=child_setup(limits, fds, uid, drop_here=not sandbox.layers.bwrap),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            return ProcessOutcome(
-                returncode=None,
-                timed_out=False,
-                stdout="",
-                stderr="",
-                duration_s=time.monotonic() - started,
-                start_error=f"could not start {argv[0]!r}: {reason}",
-            )
-        finally:
-            if cgroups is not None:
-                cgroups.close_join()
-        assert process.stdout is not None and process.stderr is not None
-        out = Capture(process.stdout, limits.output_bytes)  # type: ignore[arg-type]
-        err = Capture(process.stderr, limits.output_bytes)  # type: ignore[arg-type]
-        timed_out = not wait_exit(process, limits.wall_s)
-        leftovers = self._kill_everything(process.pid, cgroups, uid, token)
-        process.wait()
-        memory_exceeded = cgroups is not None and cgroups.oom_kills() > oom_before
-        returncode = process.returncode
-        return ProcessOutcome(
-            returncode=returncode,
-            # bubblewrap reports a child killed by signal N as exit status 128 + N.
-            maybe_signal=bool(sandbox.layers.bwrap) and 128 < returncode <= 128 + 64,
-            timed_out=timed_out,
-            stdout=out.text(wait_s=5.0),
-            stderr=err.text(wait_s=5.0),
-            duration_s=time.monotonic() - started,
-            memory_exceeded=memory_exceeded,
-            leftovers_killed=leftovers,
-        )
-
-    def _wrap(
-        self, argv: list[str], *, cwd: Path, limits: ProcessLimits, readonly: Sequence[Path]
-    ) -> list[str]:
-        sandbox = self.sandbox
-        assert sandbox.layers.bwrap is not None
-        command = bwrap_argv(
-            sandbox.layers.bwrap,
-            readonly=[*sandbox.readonly_roots, *readonly],
-            writable=[self.scratch],
-            chdir=cwd,
-            tmp_bytes=limits.file_size_bytes,
-        )
-        if self.slot is not None and sandbox.layers.setpriv:
-            command += [
-                sandbox.layers.setpriv,
-                f"--reuid={self.slot.uid}",
-                f"--regid={self.slot.gid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--",
-            ]
-        return command + argv
-
-    def _kill_everything(
-        self, pgid: int, cgroups: SlotCgroups | None, uid: int | None, token: str
-    ) -> int:
-        # Killing bubblewrap's process group ends its PID namespace, and with it
-        # everything inside; the cgroup and uid sweeps catch anything else.
-        if pgid:
-            kill_group(pgid)
-        if cgroups is not None and cgroups.kill_all() and cgroups.wait_empty():
-            return 0
-        if uid is not None:
-            return sweep(lambda: processes_of(uid))
-        if not self.sandbox.layers.bwrap:
-            return sweep(lambda: carrying_token(token))
-        return 0
 
 
 def _inside(path: str, root: str) -> bool:

@@ -22,7 +22,7 @@ from chalk_client import ChalkSettings
 from chalk_worker.sandbox import Sandbox, detect_layers, get_sandbox
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.pymain import parse_python_command
+from chalk_worker.sandbox.pycommand import parse_python_command
 
 LAYERS = detect_layers()
 pytestmark = pytest.mark.skipif(
