@@ -2,7 +2,8 @@
 
 The worker starts it under bubblewrap (own PID, network, IPC, UTS and mount
 namespaces; only the allowlisted paths), as root with just the capabilities it
-needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``), not dumpable, with
+needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``, ``CAP_SYS_CHROOT``,
+``CAP_KILL``, ``CAP_SYS_RESOURCE``; ``_harden``), not dumpable, with
 ``no_new_privs``. It imports the modules scripts commonly use, then serves one
 run at a time and never runs job code itself:
 
@@ -36,10 +37,10 @@ Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
    server: ``{"ready": true, "warm": ..., "note": ...}``.
 2. per run, worker: ``run`` with descriptors: the request (a memory file), the
    stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
-   server: ``forked`` with a pidfd of the program, then ``{"start": ...}``
-   (``""`` when the program runs, ``cold: why``, ``exec: errno``,
-   ``setup: what failed``), then ``{"end": ...}``: the program's wait status
-   as text (empty when the init was killed).
+   server, once the program has ended: ``{"start": ..., "end": ...}``, how it
+   started (``""`` when the program ran, ``cold: why``, ``exec: errno``,
+   ``setup: what failed``) and its wait status as text (empty when the init
+   was killed).
 
 Standard library only, started as a script: ``python forkserver.py FD``. The
 modules of this folder it uses (``syscalls``, ``runroot``, ``pycommand``,
