@@ -35,6 +35,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from chalk_client.cluster.connection import sentinel_url
 from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
@@ -63,9 +64,21 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     broker_url = settings.broker_url or redis_url
     celery = Celery("chalk", set_as_current=False)
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    backend_url, backend_options = redis_url, {}
+    through_sentinels = sentinel_url(redis_url)
+    if through_sentinels is not None:  # kombu's form, and the master's name as an option
+        backend_url, backend_options = (
+            through_sentinels.kombu_url(),
+            through_sentinels.kombu_options(),
+        )
     if broker_url.startswith(("redis://", "rediss://")):
         celery.conf.broker_transport = "chalk_worker.transport:Transport"
         transport_options["priority_steps"] = [0]  # Chalk sends no priorities: one list
+    elif (broker_sentinels := sentinel_url(broker_url)) is not None:
+        celery.conf.broker_transport = "chalk_worker.sentinel_transport:SentinelTransport"
+        transport_options["priority_steps"] = [0]
+        transport_options.update(broker_sentinels.kombu_options())
+        broker_url = broker_sentinels.kombu_url()
     if broker_is_store(settings, redis_url):
         # Messages are taken into held lists beside the job records they belong to.
         transport_options.update(
@@ -74,7 +87,8 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
         )
     celery.conf.update(
         broker_url=broker_url,
-        result_backend=redis_url,
+        result_backend=backend_url,
+        result_backend_transport_options=backend_options,
         task_ignore_result=True,
         accept_content=["json"],
         result_accept_content=["json"],

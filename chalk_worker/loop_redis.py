@@ -26,7 +26,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from chalk_client.cluster.connection import redacted
+from chalk_client.cluster.connection import blocking_pool, redacted
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class LoopRedis:
         with self._lock:
             client = self._clients.get(loop)
             if client is None:
-                pool = redis.asyncio.BlockingConnectionPool.from_url(
+                pool = blocking_pool(
                     self.url,
                     max_connections=MAX_CONNECTIONS,
                     timeout=TIMEOUT_S,

@@ -298,10 +298,14 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     def held_messages(self) -> HeldMessages:
         """The Redis side of this channel's held messages."""
         if self._held is None:
-            params = self._connparams()
-            params["connection_class"] = params.get("connection_class") or redis.Connection
-            self._held = HeldMessages(_held_client(params), lease_ms=self.chalk_lease_ms)
+            self._held = HeldMessages(self._held_redis(), lease_ms=self.chalk_lease_ms)
         return self._held
+
+    def _held_redis(self) -> redis.Redis:
+        """The client held messages go through (the broker's, with a pool of its own)."""
+        params = self._connparams()
+        params["connection_class"] = params.get("connection_class") or redis.Connection
+        return _held_client(params)
 
     def _reliable(self) -> bool:
         """Whether this channel consumes the Chalk queue alone (and so holds what it takes)."""

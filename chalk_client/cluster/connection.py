@@ -10,17 +10,34 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 
+from chalk_client.cluster.sentinel import (
+    SentinelURL,
+    blocking_pool_async,
+    connect_sentinel,
+    connect_sentinel_async,
+    is_sentinel,
+)
 from chalk_client.errors import ConfigurationError
+
+TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5, "socket_keepalive": True}
+"""How every client of the cluster connects (no read timeout: blocking pops wait)."""
 
 URL_FORMS = (
     "redis://[[user]:password@]host:port/db (e.g. redis://127.0.0.1:6379/0), "
-    "rediss://... for TLS, or unix:///path/to/redis.sock?db=0"
+    "rediss://... for TLS, unix:///path/to/redis.sock?db=0, or through Redis Sentinel "
+    "sentinel://[:password@]host:26379;sentinel://host2:26379/0?master_name=NAME"
 )
 """What a valid Redis URL looks like, for error messages."""
 
 
 def redacted(url: str) -> str:
     """``url`` with its password hidden, for messages and logs."""
+    if is_sentinel(url):
+        return ";".join(_redacted_part(part) for part in url.split(";"))
+    return _redacted_part(url)
+
+
+def _redacted_part(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -55,17 +72,34 @@ def connect(url: str) -> redis.Redis:
 
     Raises ``ConfigurationError`` for a URL that is not a Redis URL.
     """
-    client: redis.Redis = checked_url(
-        url,
-        partial(redis.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
-    )
+    make = connect_sentinel if is_sentinel(url) else redis.Redis.from_url
+    client: redis.Redis = checked_url(url, partial(make, **TIMEOUTS))
     return client
 
 
 def connect_async(url: str) -> redis.asyncio.Redis:
     """An asyncio Redis client of the cluster, as ``connect`` makes them."""
-    client: redis.asyncio.Redis = checked_url(
-        url,
-        partial(redis.asyncio.Redis.from_url, socket_connect_timeout=5, socket_keepalive=True),
-    )
+    make = connect_sentinel_async if is_sentinel(url) else redis.asyncio.Redis.from_url
+    client: redis.asyncio.Redis = checked_url(url, partial(make, **TIMEOUTS))
     return client
+
+
+def blocking_pool(
+    url: str, *, max_connections: int, timeout: float, **kwargs: Any
+) -> redis.asyncio.ConnectionPool:
+    """An asyncio pool of at most ``max_connections`` that waits ``timeout`` for a free one."""
+    if is_sentinel(url):
+        return blocking_pool_async(url, max_connections=max_connections, timeout=timeout, **kwargs)
+    pool: redis.asyncio.ConnectionPool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=timeout, **kwargs
+    )
+    return pool
+
+
+def sentinel_url(url: str) -> SentinelURL | None:
+    """``url`` parsed if it names Redis through its sentinels (``ConfigurationError`` if
+    malformed), else ``None``."""
+    if not is_sentinel(url):
+        return None
+    parsed: SentinelURL = checked_url(url, SentinelURL.parse)
+    return parsed

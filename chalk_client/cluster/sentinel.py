@@ -1,0 +1,195 @@
+"""Redis Sentinel: the cluster's Redis named by the sentinels that watch it.
+
+With Sentinel, ``CHALK_REDIS_URL`` names the sentinels and the master they
+watch, in kombu's form (sentinels separated by ``;``) with the master's name in
+the query::
+
+    sentinel://[[user]:password@]host:port;sentinel://host:port;.../DB?master_name=NAME
+
+The password (and user) are the master's, as in kombu and redis-py: the
+sentinels themselves take none unless the query gives ``sentinel_password=``.
+``DB`` and the query may sit on any one of the parts (usually the last). Each
+connection asks the sentinels where the master is when it is made, so after a
+failover new connections reach the promoted replica; a connection to the old
+master fails, and the code using it retries as it does for any lost connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+
+SCHEME = "sentinel"
+SENTINEL_TIMEOUT_S = 5.0
+"""Longest wait for one sentinel's answer; a dead sentinel is skipped after it."""
+QUERY_KEYS = ("master_name", "sentinel_password")
+
+
+def is_sentinel(url: str) -> bool:
+    """Whether ``url`` names Redis through its sentinels."""
+    return url.lower().startswith(SCHEME + "://")
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A parsed ``sentinel://`` URL: where the sentinels are and which master to ask for."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master_name: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_password: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelURL:
+        """Parse ``url``; ``ValueError`` says what is wrong with it."""
+        found: dict[str, str] = {}
+        sentinels = [_read_part(part, found) for part in url.split(";") if part.strip()]
+        if not sentinels:
+            raise ValueError("it names no sentinel")
+        if not found.get("master_name"):
+            raise ValueError(
+                "it does not name the master the sentinels watch: add ?master_name=NAME "
+                "(the name in the sentinels' `sentinel monitor NAME ...`)"
+            )
+        return cls(
+            sentinels=tuple(sentinels),
+            master_name=found["master_name"],
+            db=int(found.get("db", "0")),
+            username=found.get("username"),
+            password=found.get("password"),
+            sentinel_password=found.get("sentinel_password"),
+        )
+
+    def master_kwargs(self) -> dict[str, Any]:
+        """What a connection to the master (or a replica) needs: its database and login."""
+        made: dict[str, Any] = {"db": self.db}
+        if self.username:
+            made["username"] = self.username
+        if self.password is not None:
+            made["password"] = self.password
+        return made
+
+    def sentinel_kwargs(self) -> dict[str, Any]:
+        """What a connection to a sentinel needs: short timeouts, and its password if any."""
+        made: dict[str, Any] = {
+            "socket_timeout": SENTINEL_TIMEOUT_S,
+            "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+        }
+        if self.sentinel_password is not None:
+            made["password"] = self.sentinel_password
+        return made
+
+    def kombu_url(self) -> str:
+        """The URL as kombu's Sentinel transport reads it (login and database on each part).
+
+        kombu reads the first part, and Celery moves on to the next after a
+        connection error: every part must carry the same login and database.
+        """
+        login = ""
+        if self.password is not None:
+            login = f"{self.username or ''}:{self.password}@"
+        elif self.username:
+            login = f"{self.username}@"
+        return ";".join(
+            f"sentinel://{login}{host}:{port}/{self.db}" for host, port in self.sentinels
+        )
+
+    def kombu_options(self) -> dict[str, Any]:
+        """The transport options kombu's Sentinel transport needs beside ``kombu_url``."""
+        return {"master_name": self.master_name, "sentinel_kwargs": self.sentinel_kwargs()}
+
+    def shown(self) -> str:
+        """The URL for a message: the sentinels, the master's name, no password."""
+        where = ";".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"sentinel://{where}/{self.db}?master_name={self.master_name}"
+
+
+def _read_part(part: str, found: dict[str, str]) -> tuple[str, int]:
+    """One ``sentinel://`` part's address; what else it gives is added to ``found``."""
+    parts = urlsplit(part.strip())
+    if parts.scheme.lower() != SCHEME:
+        raise ValueError(f"every part must start with sentinel://, not {parts.scheme!r}")
+    if not parts.hostname:
+        raise ValueError("a sentinel part names no host")
+    if parts.username:
+        _agree(found, "username", parts.username)
+    if parts.password is not None:
+        _agree(found, "password", parts.password)
+    db = parts.path.strip("/")
+    if db:
+        if not db.isdigit():
+            raise ValueError(f"the database must be a number, not {db!r}")
+        _agree(found, "db", db)
+    for key, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if key not in QUERY_KEYS:
+            raise ValueError(
+                f"unknown query parameter {key!r} (known: master_name, sentinel_password)"
+            )
+        _agree(found, key, values[-1])
+    return parts.hostname, parts.port or 26379
+
+
+def _agree(found: dict[str, str], key: str, value: str) -> None:
+    """Note ``key`` as ``value``; the parts of one URL must not disagree."""
+    if found.setdefault(key, value) != value:
+        raise ValueError(f"its parts give different values of {key}")
+
+
+def connect_sentinel(url: str, **kwargs: Any) -> redis.Redis:
+    """A client of the master the sentinels of ``url`` name, following failovers."""
+    parsed = SentinelURL.parse(url)
+    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(), **kwargs
+    )
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        parsed.master_name, redis_class=redis.Redis, **parsed.master_kwargs()
+    )
+    return client
+
+
+def connect_sentinel_async(url: str, **kwargs: Any) -> redis.asyncio.Redis:
+    """``connect_sentinel`` for asyncio."""
+    parsed = SentinelURL.parse(url)
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(), **kwargs
+    )
+    client: redis.asyncio.Redis = manager.master_for(
+        parsed.master_name, redis_class=redis.asyncio.Redis, **parsed.master_kwargs()
+    )
+    return client
+
+
+class BlockingSentinelPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """An asyncio pool of connections to the current master that waits for a free one.
+
+    redis-py's Sentinel pool refuses a connection past ``max_connections``; this
+    one waits up to ``timeout``, as ``BlockingConnectionPool`` does.
+    """
+
+
+def blocking_pool_async(
+    url: str, *, max_connections: int, timeout: float, **kwargs: Any
+) -> redis.asyncio.ConnectionPool:
+    """An asyncio pool of at most ``max_connections`` to the master ``url`` names."""
+    parsed = SentinelURL.parse(url)
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs()
+    )
+    return BlockingSentinelPool(  # type: ignore[no-untyped-call]
+        parsed.master_name,
+        manager,
+        max_connections=max_connections,
+        timeout=timeout,
+        **parsed.master_kwargs(),
+        **kwargs,
+    )
