@@ -13,6 +13,7 @@ This module is the source of ``chalk_client.store`` (``JobStore``), which
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -21,6 +22,7 @@ import redis
 import redis.asyncio
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.replicas import queue_wait, split_wait, with_wait
 from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline_async
 from chalk_client.cluster.submit import (
     CHUNK,
@@ -34,10 +36,13 @@ from chalk_client.cluster.submit import (
     queue_submit_chunk,
 )
 from chalk_client.cluster.watch import JobState, parse_states, queue_states, queue_watches
+from chalk_client.errors import QueueUnavailableError
 from chalk_client.jobs import JobResult
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings
 from chalk_client.store_errors import reaching
+
+log = logging.getLogger(__name__)
 
 DRAIN = 10_000
 """Most finished ids taken from a done list in one call."""
@@ -109,7 +114,13 @@ class AsyncJobStore:
                 retry_failed=retry_failed,
                 batch_id=batch_id,
             )
-            yield chunk, chunk_replies(chunk, writes, await self._pipeline(build, each=True))
+            replies, short = split_wait(
+                await self._pipeline(partial(with_wait, build, settings), each=True), settings
+            )
+            found = chunk_replies(chunk, writes, replies)
+            if short is not None:  # recorded, but not yet where a failover keeps it
+                found = [QueueUnavailableError(short) if isinstance(r, str) else r for r in found]
+            yield chunk, found
 
     async def published(self, job_ids: Sequence[str], waiter: str) -> None:
         """Note that this submit (``waiter``) published the messages of ``job_ids``."""
@@ -149,9 +160,7 @@ class AsyncJobStore:
                 return [as_text(item) for item in now or []]
             if self._blmpop:
                 try:  # one command for the first id and the rest (Redis 7)
-                    found: Any = await self.redis.blmpop(
-                        timeout, 1, key, direction="LEFT", count=DRAIN
-                    )
+                    found: Any = await self._pop(key, timeout)
                     return [as_text(item) for item in found[1]] if found else []
                 except redis.exceptions.ResponseError as exc:
                     if "unknown command" not in str(exc).lower():
@@ -162,6 +171,25 @@ class AsyncJobStore:
                 return []
             rest: Any = await self.redis.lpop(key, DRAIN)
         return [as_text(first[1]), *(as_text(item) for item in rest or [])]
+
+    async def _pop(self, key: str, timeout: float) -> Any:
+        """``BLMPOP`` of finished ids; then, if asked, a wait for the replicas to have them.
+
+        The pop is a write on this connection, made after the results it names:
+        once replicas have it, they have those results too.
+        """
+        if not self.settings.redis_wait_replicas:
+            return await self.redis.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
+        pipe: Any = self.redis.pipeline(transaction=False)
+        pipe.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
+        queue_wait(pipe, self.settings)
+        found, waited = await pipe.execute(raise_on_error=False)
+        if isinstance(found, Exception):
+            raise found
+        _, short = split_wait([waited], self.settings)
+        if short is not None and found:
+            log.warning("results read before their replicas had them: %s", short)
+        return found
 
     async def forget(self, waiter: str) -> None:
         """Delete the waiter's done list: its wait is over."""

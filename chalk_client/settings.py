@@ -103,6 +103,11 @@ class StoreSettings(BaseSettings):
     taken by a live worker nor waiting in the queue (its message was lost)."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
     """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
+    redis_wait_replicas: int = Field(default=0, ge=0)
+    """Replicas that must have a submit, and a result, before either counts as done
+    (Redis ``WAIT``); 0 waits for none. See ``chalk_client.cluster.replicas``."""
+    redis_wait_timeout_s: float = Field(default=2.0, gt=0)
+    """Longest wait for those replicas; a submit still short of them then raises."""
 
     @property
     def reconcile_ms(self) -> int:

@@ -18,6 +18,7 @@ holder begins with ``ZREM``, so it runs whole; a start, whose first write is
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,13 @@ from chalk_client.cluster.leases import (
     queue_start,
 )
 from chalk_client.cluster.messages import queue_message
+from chalk_client.cluster.replicas import split_wait, with_wait
 from chalk_client.cluster.script import Build, as_text, run_pipeline
 from chalk_client.jobs import JobResult
 from chalk_client.settings import ChalkSettings
 from chalk_worker import deliveries
+
+log = logging.getLogger(__name__)
 
 DOWNLOAD_PIECE_BYTES = 1 << 20
 """Bytes read per round trip when copying a large archive out of Redis."""
@@ -145,8 +149,23 @@ class LeaseStore:
         return path.stat().st_size == size
 
     def finish(self, result: JobResult, owner: str) -> bool:
-        """Write the job's one result and tell its waiters; ``False`` if it already had one."""
-        return bool(self._one(lambda pipe: self.queue_finish(pipe, result, owner)))
+        """Write the job's one result and tell its waiters; ``False`` if it already had one.
+
+        With ``CHALK_REDIS_WAIT_REPLICAS``, returns once that many replicas have the
+        result, or the wait timed out (logged: a failover may then cost the result).
+        """
+        replies = run_pipeline(
+            self.redis,
+            lambda pipe: with_wait(
+                lambda pipe: self.queue_finish(pipe, result, owner), self.settings, pipe
+            ),
+        )
+        replies, short = split_wait(replies, self.settings)
+        if isinstance(replies[0], Exception):
+            raise replies[0]
+        if short is not None:
+            log.warning("the result of job %s is stored, but %s", result.job_id, short)
+        return bool(replies[0])
 
     def heartbeat(self, job_ids: Sequence[str], owner: str) -> list[str]:
         """Renew the leases of ``job_ids``; returns those no longer ours."""
