@@ -32,6 +32,7 @@ BENCHMARKS = (
     "submission",
     "footprint",
     "ceiling",
+    "replicas",
 )
 
 

@@ -27,8 +27,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A private redis-server on a free port, without persistence; yields its URL."""
+def redis_server(*args: str) -> Iterator[str]:
+    """A private redis-server on a free port, without persistence; yields its URL.
+
+    ``args`` are more of its flags (``--replicaof HOST PORT`` makes it a replica).
+    """
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -41,6 +44,7 @@ def redis_server() -> Iterator[str]:
             "",
             "--appendonly",
             "no",
+            *args,
         ],
         stdout=subprocess.DEVNULL,
     )

@@ -1,0 +1,75 @@
+"""``sentinel://`` URLs: what they name, what is wrong with a bad one, and what a log shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from chalk_client import ChalkClient
+from chalk_client.cluster.connection import connect, redacted, sentinel_url
+from chalk_client.cluster.sentinel import SentinelURL
+from chalk_client.errors import ConfigurationError
+from chalk_client.settings import ChalkSettings
+from chalk_worker.app import make_app
+
+THREE = (
+    "sentinel://:s3cret@a.example:26379;sentinel://b.example:26380;"
+    "sentinel://b.example/2?master_name=chalk"
+)
+
+
+def test_a_url_names_the_sentinels_the_master_and_its_login() -> None:
+    parsed = SentinelURL.parse(THREE)
+    assert parsed.sentinels == (("a.example", 26379), ("b.example", 26380), ("b.example", 26379))
+    assert parsed.master_name == "chalk"
+    assert parsed.db == 2
+    assert parsed.master_kwargs() == {"db": 2, "password": "s3cret"}
+    assert "password" not in parsed.sentinel_kwargs()  # the sentinels take none by default
+
+
+def test_the_sentinels_password_is_a_query_parameter() -> None:
+    parsed = SentinelURL.parse("sentinel://h:1?master_name=m&sentinel_password=pw")
+    assert parsed.sentinel_kwargs()["password"] == "pw"
+    assert parsed.master_kwargs() == {"db": 0}
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("sentinel://h:26379", "master_name=NAME"),
+        ("sentinel://h:26379;redis://h:6379?master_name=m", "every part must start"),
+        ("sentinel://h/x?master_name=m", "must be a number"),
+        ("sentinel://h/1;sentinel://i/2?master_name=m", "different values of db"),
+        ("sentinel://h?master=m", "unknown query parameter 'master'"),
+        ("sentinel://;;", "names no"),
+    ],
+)
+def test_a_bad_url_is_refused_saying_what_to_fix(url: str, said: str) -> None:
+    with pytest.raises(ConfigurationError, match="is not a Redis URL") as caught:
+        connect(url)
+    assert said in str(caught.value)
+    with pytest.raises(ConfigurationError):
+        ChalkClient(url)
+
+
+def test_logs_and_messages_never_show_the_password() -> None:
+    shown = redacted(THREE)
+    assert "s3cret" not in shown
+    assert shown.startswith("sentinel://:***@a.example:26379;sentinel://b.example:26380")
+    assert "s3cret" not in SentinelURL.parse(THREE).shown()
+    assert "s3cret" not in repr(ChalkClient(THREE))
+
+
+def test_the_worker_gives_celery_kombus_form_on_every_part() -> None:
+    # kombu reads its login and database from the first part, and Celery moves to the
+    # next part after a connection error: each must carry them.
+    parsed = sentinel_url(THREE)
+    assert parsed is not None
+    assert parsed.kombu_url() == (
+        "sentinel://:s3cret@a.example:26379/2;sentinel://:s3cret@b.example:26380/2;"
+        "sentinel://:s3cret@b.example:26379/2"
+    )
+    app = make_app(ChalkSettings(redis_url=THREE), THREE)
+    assert app.conf.broker_transport == "chalk_worker.sentinel_transport:SentinelTransport"
+    assert app.conf.broker_url == parsed.kombu_url()
+    assert app.conf.broker_transport_options["master_name"] == "chalk"
+    assert app.conf.result_backend_transport_options["master_name"] == "chalk"
