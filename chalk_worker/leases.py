@@ -19,6 +19,8 @@ holder begins with ``ZREM``, so it runs whole; a start, whose first write is
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ from chalk_worker import deliveries
 
 log = logging.getLogger(__name__)
 
+SHORT_LOG_EVERY_S = 60.0
+"""Results stored without the replicas' confirmation are logged at most this often."""
 DOWNLOAD_PIECE_BYTES = 1 << 20
 """Bytes read per round trip when copying a large archive out of Redis."""
 
@@ -91,6 +95,9 @@ class LeaseStore:
         self.redis = client
         self.settings = settings
         self.lease_ms = int(settings.lease_s * 1000)
+        self._short_lock = threading.Lock()
+        self._short_count = 0
+        self._short_logged = -SHORT_LOG_EVERY_S
 
     def _one(self, build: Build) -> Any:
         reply = run_pipeline(self.redis, build)[0]
@@ -164,8 +171,19 @@ class LeaseStore:
         if isinstance(replies[0], Exception):
             raise replies[0]
         if short is not None:
-            log.warning("the result of job %s is stored, but %s", result.job_id, short)
+            self._short_of_replicas(result.job_id, short)
         return bool(replies[0])
+
+    def _short_of_replicas(self, job_id: str, short: str) -> None:
+        """Log a result the replicas did not confirm: the first, then a count a minute."""
+        now = time.monotonic()
+        with self._short_lock:
+            self._short_count += 1
+            if now - self._short_logged < SHORT_LOG_EVERY_S:
+                return
+            count, self._short_count, self._short_logged = self._short_count, 0, now
+        more = f" (and {count - 1} more result(s) since the last such message)" * (count > 1)
+        log.warning("the result of job %s is stored, but %s%s", job_id, short, more)
 
     def heartbeat(self, job_ids: Sequence[str], owner: str) -> list[str]:
         """Renew the leases of ``job_ids``; returns those no longer ours."""

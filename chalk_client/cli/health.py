@@ -24,6 +24,7 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.cluster.script import as_text
+from chalk_client.cluster.sentinel import is_sentinel
 from chalk_client.store_errors import reaching
 
 UNACKED_KEY = "unacked"
@@ -45,6 +46,10 @@ class RedisFacts:
     aof_fsync: str
     rdb_save: str
     """Redis's ``save`` schedule: ``""`` for no RDB snapshots, ``?`` when ``CONFIG`` is refused."""
+    role: str = "?"
+    """``master``, or ``slave`` for a replica."""
+    replicas_online: int = 0
+    """Replicas connected to it and in sync (``INFO replication``)."""
 
 
 @dataclass(frozen=True)
@@ -85,17 +90,26 @@ class HealthReport:
     kombu_unacked: KombuUnacked | None = None
     give_back_s: float = 5.0
     """How often live workers look for dead consumers (a quarter lease)."""
+    wait_replicas: int = 0
+    """``CHALK_REDIS_WAIT_REPLICAS``: replicas each submit and result waits for."""
     now: float = field(default_factory=time.time)
 
     @property
     def problems(self) -> list[str]:
         """What stops the cluster from scoring, in words an operator can act on."""
-        if self.workers:
-            return []
-        return [
-            "no live worker: start one (`chalk worker`, or `docker compose up -d --scale "
-            "worker=3`); queued jobs wait for it"
-        ]
+        found = []
+        if not self.workers:
+            found.append(
+                "no live worker: start one (`chalk worker`, or `docker compose up -d --scale "
+                "worker=3`); queued jobs wait for it"
+            )
+        if self.wait_replicas > self.redis.replicas_online:
+            found.append(
+                f"CHALK_REDIS_WAIT_REPLICAS={self.wait_replicas} but {self.redis.replicas_online}"
+                " replica(s) are online: every submit fails and every result waits out "
+                "CHALK_REDIS_WAIT_TIMEOUT_S; bring the replicas back, or lower it"
+            )
+        return found
 
     @property
     def warnings(self) -> list[str]:
@@ -118,6 +132,8 @@ class HealthReport:
                 f"Redis maxmemory-policy is {self.redis.maxmemory_policy}: when memory runs out "
                 "it may evict job records and results; set it to noeviction"
             )
+        if is_sentinel(self.url) and not self.redis.replicas_online:
+            found.append("no replica of the master is online: a failover has nothing to promote")
         if not self.redis.aof and not self.redis.rdb_save:
             found.append(
                 "Redis persists nothing (no AOF, no RDB saves): a Redis restart loses every "
@@ -138,6 +154,11 @@ class HealthReport:
             f"  Redis {r.version}: reachable, {r.used_memory} used, maxmemory-policy "
             f"{r.maxmemory_policy}, {persistence}",
         ]
+        if r.replicas_online or is_sentinel(self.url):
+            waits = f", submits and results wait for {self.wait_replicas}" * bool(
+                self.wait_replicas
+            )
+            lines.append(f"  replication: {r.replicas_online} replica(s) online{waits}")
         waiting = "?" if self.waiting is None else str(self.waiting)
         unacked = "" if self.unacknowledged is None else f", {self.unacknowledged} delivered"
         lines.append(
@@ -201,6 +222,14 @@ def redis_facts(client: redis.Redis) -> RedisFacts:
         aof=bool(info.get("aof_enabled")),
         aof_fsync=_config(client, "appendfsync"),
         rdb_save=_config(client, "save").strip(),
+        role=str(info.get("role", "?")),
+        replicas_online=sum(
+            1
+            for name, value in info.items()
+            if name.startswith("slave")
+            and isinstance(value, dict)
+            and value.get("state") == "online"
+        ),
     )
 
 
@@ -237,6 +266,7 @@ def check_health(
     broker_is_redis: bool = True,
     lease_s: float = 20.0,
     visibility_timeout_s: float = 12 * 3600.0,
+    wait_replicas: int = 0,
 ) -> HealthReport:
     """Look at Redis, the queue and the workers; raises ``QueueUnavailableError`` if unreachable."""
     with reaching(url):
@@ -260,4 +290,5 @@ def check_health(
         stranded=[h for h in holdings if h.lapses_in_s <= 0 and h.messages],
         kombu_unacked=unacked,
         give_back_s=lease_s / 4,
+        wait_replicas=wait_replicas,
     )

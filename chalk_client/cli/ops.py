@@ -76,6 +76,7 @@ def _health(client: ChalkClient) -> int:
         broker_is_redis=broker_is_redis,
         lease_s=settings.lease_s,
         visibility_timeout_s=settings.visibility_timeout_s,
+        wait_replicas=settings.redis_wait_replicas,
     )
     print(report.render())
     return 1 if report.problems else 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from chalk_client import ChalkClient
@@ -9,7 +11,6 @@ from chalk_client.cluster.connection import connect, redacted, sentinel_url
 from chalk_client.cluster.sentinel import SentinelURL
 from chalk_client.errors import ConfigurationError
 from chalk_client.settings import ChalkSettings
-from chalk_worker.app import make_app
 
 THREE = (
     "sentinel://:s3cret@a.example:26379;sentinel://b.example:26380;"
@@ -68,7 +69,8 @@ def test_the_worker_gives_celery_kombus_form_on_every_part() -> None:
         "sentinel://:s3cret@a.example:26379/2;sentinel://:s3cret@b.example:26380/2;"
         "sentinel://:s3cret@b.example:26379/2"
     )
-    app = make_app(ChalkSettings(redis_url=THREE), THREE)
+    worker_app = importlib.import_module("chalk_worker.app")  # the worker's, as it configures it
+    app = worker_app.make_app(ChalkSettings(redis_url=THREE), THREE)
     assert app.conf.broker_transport == "chalk_worker.sentinel_transport:SentinelTransport"
     assert app.conf.broker_url == parsed.kombu_url()
     assert app.conf.broker_transport_options["master_name"] == "chalk"

@@ -1,0 +1,59 @@
+"""``CHALK_REDIS_WAIT_REPLICAS``: a submit counts only once replicas have it, and says so if not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from sentinel_cluster import SentinelCluster
+
+from chalk_client import ChalkClient, ChalkSettings, ScoringJob
+from chalk_client.errors import QueueError
+from chalk_client.judges import RegexJudge
+from chalk_client.transcript import Message, Transcript
+
+
+def jobs(prefix: str, count: int = 3) -> list[ScoringJob]:
+    said = Transcript(messages=[Message(role="assistant", content="the answer: 4")])
+    return [
+        ScoringJob(id=f"{prefix}-{i}", judge=RegexJudge([r"answer: \d"]), transcript=said)
+        for i in range(count)
+    ]
+
+
+def test_a_submit_no_replica_confirmed_raises_and_sending_again_is_safe(make_redis) -> None:
+    server = make_redis()
+    settings = ChalkSettings(redis_wait_replicas=1, redis_wait_timeout_s=0.2)
+    with ChalkClient(server.url, settings=settings) as client:
+        with pytest.raises(QueueError, match="0 of the 1 replica") as caught:
+            client.submit_batch(jobs("lonely"), batch_id="b")
+        said = str(caught.value)
+        assert "CHALK_REDIS_WAIT_REPLICAS" in said and "is safe" in said
+        assert set(caught.value.not_queued) == {"lonely-0", "lonely-1", "lonely-2"}
+        with pytest.raises(QueueError):  # still no replica: still not confirmed
+            client.submit_batch(jobs("lonely"), batch_id="b")
+    with ChalkClient(server.url) as client:  # without waiting: the jobs are there, once each
+        batch = client.submit_batch(jobs("lonely"), batch_id="b")
+        assert batch.total == 3
+
+
+@pytest.mark.slow
+def test_with_a_replica_submits_wait_for_it_and_health_counts_it(tmp_path) -> None:
+    with SentinelCluster(tmp_path / "redis") as cluster:
+        url = cluster.url()
+        settings = ChalkSettings(redis_wait_replicas=1, redis_wait_timeout_s=5)
+        with ChalkClient(url, settings=settings) as client:
+            batch = client.submit_batch(jobs("kept"))
+            assert batch.total == 3
+        env = {"CHALK_REDIS_URL": url, "CHALK_REDIS_WAIT_REPLICAS": "2", "PATH": ""}
+        shown = subprocess.run(
+            [sys.executable, "-m", "chalk_client.cli", "health"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "replication: 1 replica(s) online, submits and results wait for 2" in shown.stdout
+        assert "CHALK_REDIS_WAIT_REPLICAS=2 but 1 replica(s) are online" in shown.stdout
+        assert shown.returncode == 1
