@@ -8,9 +8,10 @@ master was down writes to the promoted one afterwards.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -29,20 +30,37 @@ def cluster(tmp_path: Path) -> Iterator[SentinelCluster]:
         yield cluster
 
 
+@contextmanager
+def sentinels_of(cluster: SentinelCluster, **kwargs: Any) -> Iterator[Sentinel]:
+    """A redis-py ``Sentinel`` asking the cluster's sentinels; their connections closed after."""
+    sentinel = Sentinel([("127.0.0.1", port) for port in cluster.sentinel_ports], **kwargs)
+    try:
+        yield sentinel
+    finally:
+        for client in sentinel.sentinels:
+            client.close()
+
+
 def test_a_failover_promotes_the_replica_and_clients_follow(cluster: SentinelCluster):
     ports = cluster.sentinel_ports
     assert cluster.url(3) == (
         f"sentinel://:p%40ss%2Fword@127.0.0.1:{ports[0]};sentinel://127.0.0.1:{ports[1]};"
         f"sentinel://127.0.0.1:{ports[2]}/3?master_name=chalk"
     )
-    sentinel = Sentinel(
-        [("127.0.0.1", port) for port in ports],
-        password="p@ss/word",  # the master's: sentinels ask for none
-        socket_timeout=1,
-        retry=None,  # fail at once while the master is down, as the test expects
-    )
-    master = sentinel.master_for("chalk")
-    replica = sentinel.slave_for("chalk")
+    with (
+        sentinels_of(
+            cluster,
+            password="p@ss/word",  # the master's: sentinels ask for none
+            socket_timeout=1,
+            retry=None,  # fail at once while the master is down, as the test expects
+        ) as sentinel,
+        sentinel.master_for("chalk") as master,
+        sentinel.slave_for("chalk") as replica,
+    ):
+        check_failover(cluster, master, replica)
+
+
+def check_failover(cluster: SentinelCluster, master: redis.Redis, replica: redis.Redis) -> None:
     old_port = cluster.master_port
     assert master.connection_pool.get_master_address() == ("127.0.0.1", old_port)
 
@@ -55,11 +73,8 @@ def test_a_failover_promotes_the_replica_and_clients_follow(cluster: SentinelClu
     with pytest.raises(redis.ConnectionError):
         master.set("during", "1")
 
-    started = time.monotonic()
-    new_port = cluster.wait_for_failover(timeout_s=30)
-    took = time.monotonic() - started
+    new_port = cluster.wait_for_failover(timeout_s=30)  # raises, with the logs, after 30 s
     assert new_port != old_port and cluster.master_port == new_port
-    assert took < 30, cluster.logs()
 
     master.set("after", "1")  # the same client, now on the promoted node
     assert master.connection_pool.get_master_address() == ("127.0.0.1", new_port)
@@ -67,8 +82,6 @@ def test_a_failover_promotes_the_replica_and_clients_follow(cluster: SentinelClu
     with promoted:
         assert promoted.info("replication")["role"] == "master"
         assert promoted.mget("before", "after") == [b"1", b"1"]
-    master.close()
-    replica.close()
 
 
 def test_sentinels_with_a_password_of_their_own(tmp_path: Path):
@@ -83,12 +96,9 @@ def test_sentinels_with_a_password_of_their_own(tmp_path: Path):
         anonymous = redis.Redis(port=port, retry=None)  # redis-py 8 retries 10 times else
         with anonymous, pytest.raises(redis.AuthenticationError):
             anonymous.sentinel_masters()
-        sentinel = Sentinel(
-            [("127.0.0.1", port) for port in cluster.sentinel_ports],
-            sentinel_kwargs={"password": "watch"},
-            password="data",
-        )
-        master = sentinel.master_for("grading")
-        master.set("key", "value")
-        assert master.get("key") == b"value"
-        master.close()
+        with (
+            sentinels_of(cluster, sentinel_kwargs={"password": "watch"}, password="data") as s,
+            s.master_for("grading") as master,
+        ):
+            master.set("key", "value")
+            assert master.get("key") == b"value"
