@@ -3,16 +3,19 @@
 The compose file is parsed (PyYAML) and each service's settings checked; every
 command it runs is shown to exist: the ``chalk`` subcommands answer ``--help``
 with the flags the file passes, and Redis is started here with the very flags
-the file gives it, then asked what it is running with.
+the file gives it, then asked what it is running with. The ``ha`` profile's
+replica and Sentinels are started the same way, on loopback, and asked what they see.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytest
 import redis
 import yaml
 from processes import free_port, need, stop, wait_port
+from sentinel_cluster import healthy
 from tornado.options import options
 
 from chalk_client.settings import ChalkSettings
@@ -29,25 +33,40 @@ COMPOSE = ROOT / "docker-compose.yml"
 ENV = {"REDIS_PASSWORD": "s3cret", "FLOWER_BASIC_AUTH": "admin:pw"}
 
 
-def interpolate(value: Any) -> Any:
-    """Compose's ``${NAME:-default}`` / ``${NAME:?error}``, from ``ENV`` (else the default)."""
+# A ${...} with no ${ inside: nested ones are replaced from the inside out.
+INNERMOST = re.compile(r"\$\{(\w+)(?:(:-|:\?)((?:(?!\$\{)[^}])*))?\}")
+
+
+def interpolate(value: Any, env: dict[str, str] = ENV) -> Any:
+    """Compose's ``${NAME:-default}`` / ``${NAME:?error}`` (nested too) from ``env``, else
+    the default; ``$$`` is a ``$``."""
     if isinstance(value, str):
 
         def replace(match: re.Match[str]) -> str:
             name, sep, rest = match.group(1), match.group(2), match.group(3) or ""
-            return ENV.get(name, rest if sep == ":-" else "")
+            return env.get(name, rest if sep == ":-" else "")
 
-        return re.sub(r"\$\{(\w+)(:-|:\?)?([^}]*)\}", replace, value)
+        parts = value.split("$$")
+        for index, part in enumerate(parts):
+            while INNERMOST.search(part):
+                part = INNERMOST.sub(replace, part)
+            parts[index] = part
+        return "$".join(parts)
     if isinstance(value, list):
-        return [interpolate(item) for item in value]
+        return [interpolate(item, env) for item in value]
     if isinstance(value, dict):
-        return {key: interpolate(item) for key, item in value.items()}
+        return {key: interpolate(item, env) for key, item in value.items()}
     return value
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return interpolate(yaml.safe_load(COMPOSE.read_text()))
+
+
+def test_interpolate_reads_as_compose_does():
+    env = {"A": "a"}
+    assert interpolate("${A}-${B:-b}-${B:-x${A}y}-$${A}-${A:?set A}", env) == "a-b-xay-${A}-a"
 
 
 def seconds(duration: str) -> float:
@@ -73,7 +92,11 @@ def chalk_help(*args: str) -> str:
 
 def test_the_services_and_their_settings(compose):
     services = compose["services"]
-    assert set(services) == {"redis", "worker", "flower"}
+    assert {name for name, service in services.items() if "profiles" not in service} == {
+        "redis",
+        "worker",
+        "flower",
+    }
     redis_service = services["redis"]
     command = redis_service["command"]
     for flag, value in (
@@ -161,6 +184,179 @@ def test_redis_runs_with_the_compose_flags(compose, tmp_path: Path):
         assert check.stdout.strip() == "PONG"  # the health check's command
     finally:
         stop(proc)
+
+
+SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
+HA_SERVICES = {"redis-replica", *SENTINELS}
+
+
+def sentinel_config(service: dict[str, Any]) -> list[str]:
+    """The lines a sentinel service's shell command writes to its ``sentinel.conf``."""
+    shell, flag, script = service["command"]
+    assert (shell, flag) == ("sh", "-c")
+    heredoc = re.search(r"<<EOF\n(.*?)\nEOF\n", script, re.S)
+    assert heredoc, script
+    return heredoc.group(1).splitlines()
+
+
+def test_the_ha_profile_adds_a_replica_and_three_sentinels(compose):
+    services = compose["services"]
+    assert {name for name, service in services.items() if "profiles" in service} == HA_SERVICES
+    assert all(services[name]["profiles"] == ["ha"] for name in HA_SERVICES)
+    for name in ("worker", "flower"):  # they start without the profile too
+        assert not HA_SERVICES & set(services[name]["depends_on"])
+
+    master, replica = services["redis"]["command"], services["redis-replica"]["command"]
+    for flag, value in (
+        ("--appendonly", "yes"),  # persisted and never evicting, as the master
+        ("--appendfsync", "everysec"),
+        ("--maxmemory-policy", "noeviction"),
+        ("--requirepass", "s3cret"),
+    ):
+        assert replica[replica.index(flag) + 1] == value
+    for command, name in ((master, "redis"), (replica, "redis-replica")):
+        assert command[command.index("--masterauth") + 1] == "s3cret"  # either may follow
+        assert command[command.index("--replica-announce-ip") + 1] == name
+    assert replica[replica.index("--replicaof") + 1 :][:2] == ["redis", "6379"]
+    assert services["redis-replica"]["volumes"] == ["redis-replica-data:/data"]
+    assert services["redis-replica"]["healthcheck"] == services["redis"]["healthcheck"]
+    assert services["redis-replica"]["environment"]["REDISCLI_AUTH"] == "s3cret"
+
+    volumes = set()
+    for name in SENTINELS:
+        sentinel = services[name]
+        config = sentinel_config(sentinel)
+        assert config[:2] == ["port 26379", "sentinel resolve-hostnames yes"]  # before monitor
+        for line in (
+            "sentinel announce-hostnames yes",
+            "sentinel announce-ip $SENTINEL_NAME",
+            "sentinel monitor chalk redis 6379 2",
+            "sentinel auth-pass chalk s3cret",
+        ):
+            assert line in config
+        assert sentinel["environment"] == {"SENTINEL_NAME": name}
+        assert sentinel["depends_on"]["redis"]["condition"] == "service_healthy"
+        volumes.update(sentinel["volumes"])
+    assert len(volumes) == 3  # each remembers what it learnt
+    declared = set(compose["volumes"])
+    assert {volume.split(":")[0] for volume in volumes} | {"redis-replica-data"} <= declared
+
+
+def test_the_sentinel_url_reaches_the_workers_when_set(compose):
+    header = COMPOSE.read_text().split("\nx-chalk-env")[0]
+    url = re.search(r'export CHALK_REDIS_URL="(sentinel://[^"]+)"', header)
+    assert url and "docker compose --profile ha up -d" in header
+    assert sorted(re.findall(r"sentinel://(?::\$REDIS_PASSWORD@)?([\w-]+):26379", url[1])) == (
+        list(SENTINELS)
+    )
+    assert url[1].startswith("sentinel://:$REDIS_PASSWORD@")  # the master's password
+    assert url[1].endswith("/0?master_name=chalk")  # as the sentinels monitor it
+
+    with_url = interpolate(yaml.safe_load(COMPOSE.read_text()), {**ENV, "CHALK_REDIS_URL": url[1]})
+    for name in ("worker", "flower"):
+        assert with_url["services"][name]["environment"]["CHALK_REDIS_URL"] == url[1]
+        assert compose["services"][name]["environment"]["CHALK_REDIS_URL"] == (
+            "redis://:s3cret@redis:6379/0"
+        )
+
+
+def data_node_here(command: list[str], ports: dict[str, int], workdir: Path) -> list[str]:
+    """A data node's compose command for this machine: the compose hostnames (redis,
+    redis-replica) as 127.0.0.1, their ports from ``ports``; its port, address, directory."""
+    here = [
+        "127.0.0.1" if arg in ports else str(ports[command[i - 1]]) if arg == "6379" else arg
+        for i, arg in enumerate(command)
+    ]
+    port = ports[workdir.name]
+    return [*here, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir)]
+
+
+def sentinel_script_here(script: str, workdir: Path, port: int, master_port: int) -> str:
+    """A sentinel service's shell script for this machine: its directory, port, master."""
+    for compose_text, local in (
+        ("/data/", f"{workdir}/"),
+        ("port 26379", f"port {port}"),
+        ("monitor chalk redis 6379", f"monitor chalk 127.0.0.1 {master_port}"),
+        ("docker-entrypoint.sh redis-server", "redis-server"),  # the image's user switch
+        ("--sentinel", "--sentinel --bind 127.0.0.1"),
+    ):
+        assert compose_text in script
+        script = script.replace(compose_text, local)
+    return script
+
+
+def start_logged(argv: list[str], port: int, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with its output in ``log``; fail with the log unless ``port`` opens."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, env={**os.environ, **env})
+    assert wait_port(port), log.read_text()
+    return proc
+
+
+def sees_master_and_replica(sentinel_port: int, ports: dict[str, int]) -> bool:
+    """Whether a sentinel sees redis up as master, redis-replica up, and two other sentinels."""
+    with redis.Redis(port=sentinel_port, decode_responses=True) as sentinel:
+        master = sentinel.sentinel_master("chalk")
+        replicas = sentinel.sentinel_slaves("chalk")
+        others = sentinel.sentinel_sentinels("chalk")
+    return (
+        healthy(master, "is_master")
+        and master["port"] == ports["redis"]
+        and [r["port"] for r in replicas if healthy(r, "is_slave")] == [ports["redis-replica"]]
+        and len(others) == 2
+    )
+
+
+@pytest.mark.slow
+def test_the_ha_profile_runs_with_the_compose_config(compose, tmp_path: Path):
+    """Redis, its replica and the three Sentinels, started as compose starts them (on
+    loopback), see each other; a restarted Sentinel remembers what it learnt."""
+    if shutil.which("redis-server") is None:
+        need("redis-server")
+    services = compose["services"]
+    ports = {name: free_port() for name in ("redis", "redis-replica", *SENTINELS)}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str) -> None:
+        workdir = tmp_path / name
+        workdir.mkdir(exist_ok=True)
+        log = tmp_path / f"{name}.log"
+        if name in SENTINELS:
+            script = sentinel_script_here(
+                services[name]["command"][2], workdir, ports[name], ports["redis"]
+            )
+            procs[name] = start_logged(
+                ["sh", "-c", script], ports[name], log, SENTINEL_NAME="127.0.0.1"
+            )
+        else:
+            argv = data_node_here(services[name]["command"], ports, workdir)
+            procs[name] = start_logged(argv, ports[name], log)
+
+    try:
+        for name in ports:
+            start(name)
+        deadline = time.monotonic() + 20  # the replica's first sync waits 5 s (Redis' default)
+        while not all(sees_master_and_replica(ports[name], ports) for name in SENTINELS):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    "\n".join(f"{log.name}: {log.read_text()}" for log in tmp_path.glob("*.log"))
+                )
+            time.sleep(0.2)
+        with redis.Redis(port=ports["sentinel-1"], decode_responses=True) as sentinel:
+            master = sentinel.sentinel_master("chalk")
+        assert master["down-after-milliseconds"] == 5000 and master["quorum"] == 2
+
+        config = tmp_path / "sentinel-1" / "sentinel.conf"
+        learnt = config.read_text()
+        assert f"sentinel known-replica chalk 127.0.0.1 {ports['redis-replica']}" in learnt
+        stop(procs["sentinel-1"])
+        start("sentinel-1")  # its script finds the config it rewrote, and keeps it
+        myid = re.compile(r"sentinel myid (\w+)")
+        assert myid.findall(config.read_text()) == myid.findall(learnt)
+        assert "known-replica" in config.read_text()
+    finally:
+        for proc in procs.values():
+            stop(proc)
 
 
 def test_the_dockerfile_builds_what_compose_runs():
