@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+import redis.sentinel
 
 from chalk_client.cluster.connection import shown_url
 from chalk_client.errors import (
@@ -31,6 +32,12 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
         return ConfigurationError(
             f"Redis at {where} refused the credentials: {exc}. Check the user and password "
             "in CHALK_REDIS_URL."
+        )
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        return QueueUnavailableError(
+            f"the sentinels of {where} name no master: none answered, they refused the "
+            "sentinel_password, they watch no master by that master_name, or a failover is "
+            "under way. Check the sentinels and CHALK_REDIS_URL."
         )
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return QueueUnavailableError(

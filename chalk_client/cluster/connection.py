@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -39,6 +40,10 @@ def redacted(url: str) -> str:
 
 def _redacted_part(url: str) -> str:
     parts = urlsplit(url)
+    if "sentinel_password=" in parts.query:
+        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
+        parts = parts._replace(query=query)
+        url = urlunsplit(parts)
     if parts.password is None:
         return url
     host = parts.hostname or ""

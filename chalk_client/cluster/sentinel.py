@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -94,10 +94,11 @@ class SentinelURL:
         connection error: every part must carry the same login and database.
         """
         login = ""
+        user = quote(self.username or "", safe="")
         if self.password is not None:
-            login = f"{self.username or ''}:{self.password}@"
-        elif self.username:
-            login = f"{self.username}@"
+            login = f"{user}:{quote(self.password, safe='')}@"
+        elif user:
+            login = f"{user}@"
         return ";".join(
             f"sentinel://{login}{host}:{port}/{self.db}" for host, port in self.sentinels
         )
@@ -120,9 +121,9 @@ def _read_part(part: str, found: dict[str, str]) -> tuple[str, int]:
     if not parts.hostname:
         raise ValueError("a sentinel part names no host")
     if parts.username:
-        _agree(found, "username", parts.username)
+        _agree(found, "username", unquote(parts.username))
     if parts.password is not None:
-        _agree(found, "password", parts.password)
+        _agree(found, "password", unquote(parts.password))
     db = parts.path.strip("/")
     if db:
         if not db.isdigit():

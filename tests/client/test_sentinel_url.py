@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from redis.sentinel import MasterNotFoundError
 
 from chalk_client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted, sentinel_url
 from chalk_client.cluster.sentinel import SentinelURL
-from chalk_client.errors import ConfigurationError
+from chalk_client.errors import ConfigurationError, QueueUnavailableError
 from chalk_client.settings import ChalkSettings
+from chalk_client.store_errors import store_error
 
 THREE = (
     "sentinel://:s3cret@a.example:26379;sentinel://b.example:26380;"
@@ -57,6 +59,8 @@ def test_logs_and_messages_never_show_the_password() -> None:
     assert "s3cret" not in shown
     assert shown.startswith("sentinel://:***@a.example:26379;sentinel://b.example:26380")
     assert "s3cret" not in SentinelURL.parse(THREE).shown()
+    guarded = redacted("sentinel://h:1?master_name=m&sentinel_password=watch")
+    assert guarded == "sentinel://h:1?master_name=m&sentinel_password=***"
     assert "s3cret" not in repr(ChalkClient(THREE))
 
 
@@ -75,3 +79,12 @@ def test_the_worker_gives_celery_kombus_form_on_every_part() -> None:
     assert app.conf.broker_url == parsed.kombu_url()
     assert app.conf.broker_transport_options["master_name"] == "chalk"
     assert app.conf.result_backend_transport_options["master_name"] == "chalk"
+
+
+def test_sentinels_that_name_no_master_are_told_apart_from_a_dead_redis() -> None:
+    url = "sentinel://:pw@h:1?master_name=m&sentinel_password=s3cr3t"
+    error = store_error(MasterNotFoundError("No master found for 'm'"), url)
+    assert isinstance(error, QueueUnavailableError)
+    said = str(error)
+    assert "sentinels" in said and "master_name" in said and "sentinel_password" in said
+    assert "s3cr3t" not in said and ":pw@" not in said
