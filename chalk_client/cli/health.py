@@ -103,6 +103,11 @@ class HealthReport:
                 "no live worker: start one (`chalk worker`, or `docker compose up -d --scale "
                 "worker=3`); queued jobs wait for it"
             )
+        if self.redis.role == "slave":
+            found.append(
+                "this Redis is a read-only replica (after a failover?): point CHALK_REDIS_URL at "
+                "the master, or at the sentinels (sentinel://...), which always name it"
+            )
         if self.wait_replicas > self.redis.replicas_online:
             found.append(
                 f"CHALK_REDIS_WAIT_REPLICAS={self.wait_replicas} but {self.redis.replicas_online}"

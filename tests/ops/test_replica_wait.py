@@ -57,3 +57,15 @@ def test_with_a_replica_submits_wait_for_it_and_health_counts_it(tmp_path) -> No
         assert "replication: 1 replica(s) online, submits and results wait for 2" in shown.stdout
         assert "CHALK_REDIS_WAIT_REPLICAS=2 but 1 replica(s) are online" in shown.stdout
         assert shown.returncode == 1
+
+        replica = next(node for node in cluster.data_nodes if node.port != cluster.master_port)
+        env["CHALK_REDIS_URL"] = f"redis://127.0.0.1:{replica.port}/0"
+        env["CHALK_REDIS_WAIT_REPLICAS"] = "0"
+        shown = subprocess.run(
+            [sys.executable, "-m", "chalk_client.cli", "health"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "PROBLEM: this Redis is a read-only replica" in shown.stdout, shown.stdout
