@@ -33,6 +33,7 @@ def redis_server(*args: str) -> Iterator[str]:
     ``args`` are more of its flags (``--replicaof HOST PORT`` makes it a replica).
     """
     port = free_port()
+    workdir = tempfile.TemporaryDirectory(prefix="bench-redis-")
     proc = subprocess.Popen(
         [
             "redis-server",
@@ -44,6 +45,8 @@ def redis_server(*args: str) -> Iterator[str]:
             "",
             "--appendonly",
             "no",
+            "--dir",  # its own folder: a dump.rdb where it starts would be loaded
+            workdir.name,
             *args,
         ],
         stdout=subprocess.DEVNULL,
@@ -62,6 +65,7 @@ def redis_server(*args: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+        workdir.cleanup()
 
 
 @contextmanager
