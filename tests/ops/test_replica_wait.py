@@ -14,6 +14,17 @@ from chalk_client.judges import RegexJudge
 from chalk_client.transcript import Message, Transcript
 
 
+def health(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``chalk health`` run with ``env`` alone."""
+    return subprocess.run(
+        [sys.executable, "-m", "chalk_client.cli", "health"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def jobs(prefix: str, count: int = 3) -> list[ScoringJob]:
     said = Transcript(messages=[Message(role="assistant", content="the answer: 4")])
     return [
@@ -47,13 +58,7 @@ def test_with_a_replica_submits_wait_for_it_and_health_counts_it(tmp_path) -> No
             batch = client.submit_batch(jobs("kept"))
             assert batch.total == 3
         env = {"CHALK_REDIS_URL": url, "CHALK_REDIS_WAIT_REPLICAS": "2", "PATH": ""}
-        shown = subprocess.run(
-            [sys.executable, "-m", "chalk_client.cli", "health"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        shown = health(env)
         assert "replication: 1 replica(s) online, submits and results wait for 2" in shown.stdout
         assert "CHALK_REDIS_WAIT_REPLICAS=2 but 1 replica(s) are online" in shown.stdout
         assert shown.returncode == 1
@@ -61,11 +66,5 @@ def test_with_a_replica_submits_wait_for_it_and_health_counts_it(tmp_path) -> No
         replica = next(node for node in cluster.data_nodes if node.port != cluster.master_port)
         env["CHALK_REDIS_URL"] = f"redis://127.0.0.1:{replica.port}/0"
         env["CHALK_REDIS_WAIT_REPLICAS"] = "0"
-        shown = subprocess.run(
-            [sys.executable, "-m", "chalk_client.cli", "health"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        shown = health(env)
         assert "PROBLEM: this Redis is a read-only replica" in shown.stdout, shown.stdout
