@@ -165,7 +165,8 @@ class ForkServer:
                 for fd in fds:
                     os.close(fd)
                 raise ForkServerLost(f"the fork server sent {message} where a spare was due")
-            self._spare = socket.socket(fileno=fds[0])
+            # Family, type and protocol given: the socket is not asked for them again.
+            self._spare = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, fds[0])
         spare, self._spare = self._spare, None
         return spare
 
