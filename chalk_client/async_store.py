@@ -14,6 +14,7 @@ This module is the source of ``chalk_client.store`` (``JobStore``), which
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -44,6 +45,8 @@ from chalk_client.store_errors import reaching
 
 log = logging.getLogger(__name__)
 
+SHORT_LOG_EVERY_S = 60.0
+"""Results read before their replicas had them are logged at most this often."""
 DRAIN = 10_000
 """Most finished ids taken from a done list in one call."""
 
@@ -57,6 +60,8 @@ class AsyncJobStore:
         self.url = url
         self._blmpop = True
         """Whether Redis has ``BLMPOP`` (7.0 and later); found out at the first wait."""
+        self._quiet_until = 0.0
+        """Until when results read without their replicas go unmentioned (logged once a minute)."""
 
     async def _pipeline(
         self, build: Callable[[Pipeline], object], *, each: bool = False
@@ -103,6 +108,7 @@ class AsyncJobStore:
             partial(queue_blob_refresh, digests=list(blobs), settings=settings)
         )
         missing = {digest for digest, kept in zip(blobs, alive, strict=True) if not kept}
+        unconfirmed: str | None = None
         for chunk, writes in plan_chunks(jobs, blobs, missing):
             build = partial(
                 queue_submit_chunk,
@@ -117,10 +123,15 @@ class AsyncJobStore:
             replies, short = split_wait(
                 await self._pipeline(partial(with_wait, build, settings), each=True), settings
             )
-            found = chunk_replies(chunk, writes, replies)
-            if short is not None:  # recorded, but not yet where a failover keeps it
-                found = [QueueUnavailableError(short) if isinstance(r, str) else r for r in found]
-            yield chunk, found
+            unconfirmed = unconfirmed or short
+            yield chunk, chunk_replies(chunk, writes, replies)
+        if unconfirmed is not None:  # queued, but not yet where a failover keeps them
+            raise QueueUnavailableError(
+                f"the {len(jobs)} job(s) were queued, but {unconfirmed}. Submitting them "
+                "again (the same ids, the same batch_id) is safe and waits for the replicas "
+                "again: a job is never scored twice",
+                batch_id=batch_id,
+            )
 
     async def published(self, job_ids: Sequence[str], waiter: str) -> None:
         """Note that this submit (``waiter``) published the messages of ``job_ids``."""
@@ -187,7 +198,8 @@ class AsyncJobStore:
         if isinstance(found, Exception):
             raise found
         _, short = split_wait([waited], self.settings)
-        if short is not None and found:
+        if short is not None and found and time.monotonic() >= self._quiet_until:
+            self._quiet_until = time.monotonic() + SHORT_LOG_EVERY_S
             log.warning("results read before their replicas had them: %s", short)
         return found
 

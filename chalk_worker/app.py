@@ -67,10 +67,8 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     backend_url, backend_options = redis_url, {}
     through_sentinels = sentinel_url(redis_url)
     if through_sentinels is not None:  # kombu's form, and the master's name as an option
-        backend_url, backend_options = (
-            through_sentinels.kombu_url(),
-            through_sentinels.kombu_options(),
-        )
+        backend_url = through_sentinels.backend_url()
+        backend_options = through_sentinels.kombu_options()
     if broker_url.startswith(("redis://", "rediss://")):
         celery.conf.broker_transport = "chalk_worker.transport:Transport"
         transport_options["priority_steps"] = [0]  # Chalk sends no priorities: one list

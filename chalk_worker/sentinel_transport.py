@@ -30,7 +30,10 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
         "min_other_sentinels",
         "sentinel_kwargs",
         "sentinel_fanout_compat",
+        "chalk_sentinels",
     )
+    chalk_sentinels: list[list[Any]] | None = None
+    """Every sentinel, ``[host, port]`` (transport option): the broker URL names one."""
     master_name: str | None = None
     sentinel_kwargs: dict[str, Any] | None = None
     min_other_sentinels = 0
@@ -38,6 +41,8 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
 
     def _sentinel_addresses(self) -> list[tuple[str, int]]:
         """The sentinels of the broker URL (each ``;``-separated part), read once."""
+        if self._sentinels is None and self.chalk_sentinels:
+            self._sentinels = [(str(host), int(port)) for host, port in self.chalk_sentinels]
         if self._sentinels is None:
             if self.connection is None or self.connection.client is None:
                 raise redis.ConnectionError("the broker connection of this channel is closed")
@@ -73,7 +78,10 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
     @property
     def broker_url(self) -> str:
         """The broker, for the log (the sentinels and the master's name, no password)."""
-        where = ";".join(f"{host}:{port}" for host, port in self._sentinel_addresses())
+        where = ";".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            for host, port in self._sentinel_addresses()
+        )
         return (
             f"sentinel://{where}/{self._connparams().get('db', 0)}?master_name={self.master_name}"
         )

@@ -34,16 +34,13 @@ URL_FORMS = (
 def redacted(url: str) -> str:
     """``url`` with its password hidden, for messages and logs."""
     if is_sentinel(url):
+        url = re.sub(r"(sentinel_password=)[^&]*", r"\1***", url)  # whatever it holds
         return ";".join(_redacted_part(part) for part in url.split(";"))
     return _redacted_part(url)
 
 
 def _redacted_part(url: str) -> str:
     parts = urlsplit(url)
-    if "sentinel_password=" in parts.query:
-        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
-        parts = parts._replace(query=query)
-        url = urlunsplit(parts)
     if parts.password is None:
         return url
     host = parts.hostname or ""
@@ -66,8 +63,11 @@ def checked_url(url: str, connect: Callable[[str], Any]) -> Any:
     try:
         return connect(url)
     except ValueError as exc:
+        shown = repr(shown_url(url))
+        if is_sentinel(url) and ("@" in url or "password" in url):
+            shown = "The sentinel:// URL (not shown: a password in it may be malformed)"
         raise ConfigurationError(
-            f"{shown_url(url)!r} is not a Redis URL ({exc}); give one like {URL_FORMS} "
+            f"{shown} is not a Redis URL ({exc}); give one like {URL_FORMS} "
             "(CHALK_REDIS_URL, or ChalkClient(redis_url=...))"
         ) from exc
 

@@ -24,10 +24,15 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 SCHEME = "sentinel"
-SENTINEL_TIMEOUT_S = 5.0
-"""Longest wait for one sentinel's answer; a dead sentinel is skipped after it."""
+SENTINEL_TIMEOUT_S = 2.0
+"""Longest wait for one sentinel's answer, asked once (no retries): a dead or hung
+sentinel is skipped after it, and the one that answered is asked first next time."""
+ENCODE = "percent-encode '@', ':', '/', ';', '#', '&' and '%' in passwords (e.g. '@' as %40)"
 QUERY_KEYS = ("master_name", "sentinel_password")
 
 
@@ -77,49 +82,76 @@ class SentinelURL:
             made["password"] = self.password
         return made
 
-    def sentinel_kwargs(self) -> dict[str, Any]:
-        """What a connection to a sentinel needs: short timeouts, and its password if any."""
+    def sentinel_kwargs(self, *, asynchronous: bool = False) -> dict[str, Any]:
+        """What a connection to a sentinel needs: short timeouts, no retries (the next
+        sentinel is the retry), and its password if any."""
         made: dict[str, Any] = {
             "socket_timeout": SENTINEL_TIMEOUT_S,
             "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            "retry": AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0),
         }
         if self.sentinel_password is not None:
             made["password"] = self.sentinel_password
         return made
 
     def kombu_url(self) -> str:
-        """The URL as kombu's Sentinel transport reads it (login and database on each part).
+        """The broker URL Celery is given: the first sentinel alone, in kombu's form.
 
-        kombu reads the first part, and Celery moves on to the next after a
-        connection error: every part must carry the same login and database.
+        Given several ``;``-separated URLs, Celery moves to the next after a
+        connection error, and kombu then makes that URL's transport, its own
+        rather than Chalk's; the sentinels are in ``kombu_options`` instead.
         """
+        return self._part(*self.sentinels[0])
+
+    def backend_url(self) -> str:
+        """The result backend's URL: every sentinel, login and database on each part."""
+        return ";".join(self._part(host, port) for host, port in self.sentinels)
+
+    def _part(self, host: str, port: int) -> str:
         login = ""
         user = quote(self.username or "", safe="")
         if self.password is not None:
             login = f"{user}:{quote(self.password, safe='')}@"
         elif user:
             login = f"{user}@"
-        return ";".join(
-            f"sentinel://{login}{host}:{port}/{self.db}" for host, port in self.sentinels
-        )
+        return f"sentinel://{login}{_bracketed(host)}:{port}/{self.db}"
 
     def kombu_options(self) -> dict[str, Any]:
-        """The transport options kombu's Sentinel transport needs beside ``kombu_url``."""
-        return {"master_name": self.master_name, "sentinel_kwargs": self.sentinel_kwargs()}
+        """The transport options Chalk's Sentinel transport (and Celery's backend) need."""
+        return {
+            "master_name": self.master_name,
+            "sentinel_kwargs": self.sentinel_kwargs(),
+            "chalk_sentinels": [list(address) for address in self.sentinels],
+        }
 
     def shown(self) -> str:
         """The URL for a message: the sentinels, the master's name, no password."""
-        where = ";".join(f"{host}:{port}" for host, port in self.sentinels)
+        where = ";".join(f"{_bracketed(host)}:{port}" for host, port in self.sentinels)
         return f"sentinel://{where}/{self.db}?master_name={self.master_name}"
 
 
+def _bracketed(host: str) -> str:
+    """``host`` as a URL names it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def _read_part(part: str, found: dict[str, str]) -> tuple[str, int]:
-    """One ``sentinel://`` part's address; what else it gives is added to ``found``."""
+    """One ``sentinel://`` part's address; what else it gives is added to ``found``.
+
+    Messages never quote the part: a password with a character it should have
+    percent-encoded would show in them.
+    """
     parts = urlsplit(part.strip())
     if parts.scheme.lower() != SCHEME:
-        raise ValueError(f"every part must start with sentinel://, not {parts.scheme!r}")
+        raise ValueError(f"every part must start with sentinel:// ({ENCODE})")
+    if parts.fragment:
+        raise ValueError(f"it holds a '#' ({ENCODE})")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"a sentinel's port is not a number ({ENCODE})") from None
     if not parts.hostname:
-        raise ValueError("a sentinel part names no host")
+        raise ValueError(f"a sentinel part names no host ({ENCODE})")
     if parts.username:
         _agree(found, "username", unquote(parts.username))
     if parts.password is not None:
@@ -127,15 +159,15 @@ def _read_part(part: str, found: dict[str, str]) -> tuple[str, int]:
     db = parts.path.strip("/")
     if db:
         if not db.isdigit():
-            raise ValueError(f"the database must be a number, not {db!r}")
+            raise ValueError(f"the database after the last '/' must be a number ({ENCODE})")
         _agree(found, "db", db)
     for key, values in parse_qs(parts.query, keep_blank_values=True).items():
         if key not in QUERY_KEYS:
             raise ValueError(
-                f"unknown query parameter {key!r} (known: master_name, sentinel_password)"
+                f"an unknown query parameter (known: master_name, sentinel_password; {ENCODE})"
             )
         _agree(found, key, values[-1])
-    return parts.hostname, parts.port or 26379
+    return parts.hostname, port or 26379
 
 
 def _agree(found: dict[str, str], key: str, value: str) -> None:

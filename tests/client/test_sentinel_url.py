@@ -42,7 +42,8 @@ def test_the_sentinels_password_is_a_query_parameter() -> None:
         ("sentinel://h:26379;redis://h:6379?master_name=m", "every part must start"),
         ("sentinel://h/x?master_name=m", "must be a number"),
         ("sentinel://h/1;sentinel://i/2?master_name=m", "different values of db"),
-        ("sentinel://h?master=m", "unknown query parameter 'master'"),
+        ("sentinel://h?master=m", "an unknown query parameter (known: master_name"),
+        ("sentinel://h:port?master_name=m", "port is not a number"),
         ("sentinel://;;", "names no"),
     ],
 )
@@ -64,12 +65,13 @@ def test_logs_and_messages_never_show_the_password() -> None:
     assert "s3cret" not in repr(ChalkClient(THREE))
 
 
-def test_the_worker_gives_celery_kombus_form_on_every_part() -> None:
-    # kombu reads its login and database from the first part, and Celery moves to the
-    # next part after a connection error: each must carry them.
+def test_the_worker_gives_celery_one_sentinel_in_the_url_and_all_in_the_options() -> None:
+    # Given ";"-separated URLs, Celery moves to the next after a connection error and
+    # kombu makes that URL's own transport, not Chalk's: the broker URL is one sentinel.
     parsed = sentinel_url(THREE)
     assert parsed is not None
-    assert parsed.kombu_url() == (
+    assert parsed.kombu_url() == "sentinel://:s3cret@a.example:26379/2"
+    assert parsed.backend_url() == (
         "sentinel://:s3cret@a.example:26379/2;sentinel://:s3cret@b.example:26380/2;"
         "sentinel://:s3cret@b.example:26379/2"
     )
@@ -77,8 +79,43 @@ def test_the_worker_gives_celery_kombus_form_on_every_part() -> None:
     app = worker_app.make_app(ChalkSettings(redis_url=THREE), THREE)
     assert app.conf.broker_transport == "chalk_worker.sentinel_transport:SentinelTransport"
     assert app.conf.broker_url == parsed.kombu_url()
-    assert app.conf.broker_transport_options["master_name"] == "chalk"
+    options = app.conf.broker_transport_options
+    assert options["master_name"] == "chalk"
+    assert options["chalk_sentinels"] == [
+        ["a.example", 26379],
+        ["b.example", 26380],
+        ["b.example", 26379],
+    ]
     assert app.conf.result_backend_transport_options["master_name"] == "chalk"
+
+
+def test_an_ipv6_sentinel_keeps_its_brackets() -> None:
+    parsed = SentinelURL.parse("sentinel://:pw@[::1]:26379/0?master_name=m")
+    assert parsed.sentinels == (("::1", 26379),)
+    assert parsed.kombu_url() == "sentinel://:pw@[::1]:26379/0"
+    assert parsed.shown() == "sentinel://[::1]:26379/0?master_name=m"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sentinel://:a;b@127.0.0.1:1/0?master_name=chalk",
+        "sentinel://h:1;sentinel://:se;cret@h:2/0?master_name=chalk",
+        "sentinel://:p@ss:w/rd%@127.0.0.1:1/0?master_name=chalk",
+        "sentinel://h:1/0?master_name=chalk&sentinel_password=top#secret",
+    ],
+)
+def test_a_password_not_percent_encoded_is_refused_without_showing_it(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        connect(url)
+    said = str(caught.value)
+    assert "percent-encode" in said
+    for piece in ("se;cret", "a;b", "rd%", "secret", "ss:w"):
+        assert piece not in said, said
+
+
+def test_a_sentinel_password_with_any_character_is_hidden() -> None:
+    assert "top" not in redacted("sentinel://h:1?master_name=m&sentinel_password=top;secret")
 
 
 def test_sentinels_that_name_no_master_are_told_apart_from_a_dead_redis() -> None:
