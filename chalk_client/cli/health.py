@@ -24,7 +24,7 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.cluster.script import as_text
-from chalk_client.cluster.sentinel import is_sentinel
+from chalk_client.cluster.sentinel import SentinelURL, is_sentinel
 from chalk_client.store_errors import reaching
 
 UNACKED_KEY = "unacked"
@@ -92,6 +92,8 @@ class HealthReport:
     """How often live workers look for dead consumers (a quarter lease)."""
     wait_replicas: int = 0
     """``CHALK_REDIS_WAIT_REPLICAS``: replicas each submit and result waits for."""
+    sentinels: tuple[int, int] | None = None
+    """Through Sentinel: how many of the URL's sentinels answer, of how many."""
     now: float = field(default_factory=time.time)
 
     @property
@@ -137,6 +139,11 @@ class HealthReport:
                 f"Redis maxmemory-policy is {self.redis.maxmemory_policy}: when memory runs out "
                 "it may evict job records and results; set it to noeviction"
             )
+        if self.sentinels is not None and self.sentinels[0] <= self.sentinels[1] // 2:
+            found.append(
+                f"only {self.sentinels[0]} of the {self.sentinels[1]} sentinels answer: a "
+                "failover needs most of them; bring them back"
+            )
         if is_sentinel(self.url) and not self.redis.replicas_online:
             found.append("no replica of the master is online: a failover has nothing to promote")
         if not self.redis.aof and not self.redis.rdb_save:
@@ -164,6 +171,8 @@ class HealthReport:
                 self.wait_replicas
             )
             lines.append(f"  replication: {r.replicas_online} replica(s) online{waits}")
+        if self.sentinels is not None:
+            lines.append(f"  sentinels: {self.sentinels[0]} of {self.sentinels[1]} answer")
         waiting = "?" if self.waiting is None else str(self.waiting)
         unacked = "" if self.unacknowledged is None else f", {self.unacknowledged} delivered"
         lines.append(
@@ -284,6 +293,7 @@ def check_health(
         holdings = read_holdings(client) if broker_is_redis else []
         unacked = read_kombu_unacked(client, visibility_timeout_s) if broker_is_redis else None
     live = [h for h in holdings if h.lapses_in_s > 0 and h.consumer.startswith(f"{queue}@")]
+    through = SentinelURL.parse(url) if is_sentinel(url) else None
     return HealthReport(
         url=url,
         redis=facts,
@@ -296,4 +306,19 @@ def check_health(
         kombu_unacked=unacked,
         give_back_s=lease_s / 4,
         wait_replicas=wait_replicas,
+        sentinels=None if through is None else (answering(through), len(through.sentinels)),
     )
+
+
+def answering(url: SentinelURL) -> int:
+    """How many of the URL's sentinels answer a ``PING``."""
+    count = 0
+    for host, port in url.sentinels:
+        client = redis.Redis(host, port, **url.sentinel_kwargs())
+        try:
+            count += bool(client.ping())
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+    return count

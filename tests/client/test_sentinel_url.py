@@ -87,6 +87,9 @@ def test_the_worker_gives_celery_one_sentinel_in_the_url_and_all_in_the_options(
         ["b.example", 26379],
     ]
     assert app.conf.result_backend_transport_options["master_name"] == "chalk"
+    connection = app.connection_for_read()
+    assert connection.alt == []  # nothing to move to: Chalk's transport it stays
+    assert connection.transport_cls == "chalk_worker.sentinel_transport:SentinelTransport"
 
 
 def test_an_ipv6_sentinel_keeps_its_brackets() -> None:

@@ -62,6 +62,7 @@ def test_with_a_replica_submits_wait_for_it_and_health_counts_it(tmp_path) -> No
         shown = health(env)
         assert "replication: 1 replica(s) online, submits and results wait for 2" in shown.stdout
         assert "CHALK_REDIS_WAIT_REPLICAS=2 but 1 replica(s) are online" in shown.stdout
+        assert "sentinels: 3 of 3 answer" in shown.stdout
         assert shown.returncode == 1
 
         replica = next(node for node in cluster.data_nodes if node.port != cluster.master_port)
