@@ -30,8 +30,8 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
     where = shown_url(url)
     if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
         return ConfigurationError(
-            f"Redis at {where} refused the credentials: {exc}. Check the user and password "
-            "in CHALK_REDIS_URL."
+            f"Redis at {where} refused the credentials: {str(exc).rstrip('.')}. Check the "
+            "user and password in CHALK_REDIS_URL."
         )
     if isinstance(exc, redis.sentinel.MasterNotFoundError):
         return QueueUnavailableError(
@@ -54,6 +54,11 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
         return StoreRefusedError(
             f"Redis at {where} is a read-only replica ({exc}): point CHALK_REDIS_URL at "
             "the primary."
+        )
+    if isinstance(exc, redis.ResponseError) and "db index is out of range" in str(exc).lower():
+        return ConfigurationError(
+            f"Redis at {where} has no such database ({exc}): the number after the last '/' "
+            "in CHALK_REDIS_URL must be below Redis's `databases` setting (16 by default)."
         )
     if isinstance(exc, redis.ResponseError):
         return StoreRefusedError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.sentinel import MasterNotFoundError
 
 from chalk_client import ChalkClient
@@ -128,3 +129,11 @@ def test_sentinels_that_name_no_master_are_told_apart_from_a_dead_redis() -> Non
     said = str(error)
     assert "sentinels" in said and "master_name" in said and "sentinel_password" in said
     assert "s3cr3t" not in said and ":pw@" not in said
+
+
+def test_a_database_redis_lacks_and_refused_credentials_say_what_to_fix() -> None:
+    url = "redis://:pw@h:6379/99"
+    error = store_error(ResponseError("DB index is out of range"), url)
+    assert isinstance(error, ConfigurationError) and "`databases` setting" in str(error)
+    refused = str(store_error(AuthenticationError("invalid password."), url))
+    assert "invalid password. Check" in refused and ".." not in refused and ":pw@" not in refused
