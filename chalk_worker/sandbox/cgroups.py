@@ -27,30 +27,13 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_RELATIME = 2, 4, 8, 32, 1 <<
 
 
 def _write(path: Path, value: str) -> None:
-    # A cgroup file takes one write: os calls, without a file object around them, as a
-    # run reads and writes several of them on its way.
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: Path) -> str:
-    """A cgroup file's text (they are small: one read, with room to spare)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode()
+    with open(path, "w") as handle:
+        handle.write(value)
 
 
 def _read_counter(path: Path, key: str) -> int:
     try:
-        for line in _read(path).splitlines():
+        for line in path.read_text().splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
@@ -271,7 +254,7 @@ class SlotCgroups:
         found: set[int] = set()
         for folder in self.folders:
             with contextlib.suppress(OSError, ValueError):
-                found.update(int(pid) for pid in _read(folder / "cgroup.procs").split())
+                found.update(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
         return found
 
     def remove(self) -> None:

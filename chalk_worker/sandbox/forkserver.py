@@ -10,8 +10,7 @@ run at a time and never runs job code itself:
 - ahead of each run, the server forks a **spare** process, which takes new mount
   and IPC namespaces and builds most of a fresh root there (the server's view,
   a ``/proc`` that lists only the run's own processes, a private ``/tmp``:
-  ``runroot``), and hands the worker the spare's end of a socket: the worker
-  sends the run there itself, so that the server need not wake to pass it on;
+  ``runroot``);
 - when a run comes, the spare gets the request and becomes the **program**: it
   joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
   scratch and named paths (handed over as detached mounts) to its root, chroots
@@ -35,17 +34,13 @@ file the server never reads).
 Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
 
 1. worker: the configuration (JSON: the run view, modules to import);
-   server: ``{"ready": true, "warm": ..., "note": ...}``, then ``{"spare": true}``
-   with the next spare's socket.
-2. per run, worker, on that spare's socket (then closed): ``run`` with
-   descriptors: the request (a memory file), the stdout and stderr pipes, each
-   cgroup's ``cgroup.procs``, each detached mount; server, once the program has
-   ended: ``{"start": ..., "end": ...}``, how it started (``""`` when the
-   program ran, ``cold: why``, ``exec: errno``, ``setup: what failed``) and its
-   wait status as text; then ``{"spare": true}`` with the next spare's socket.
-
-A spare whose socket closes without a run (the worker stops the server, or is
-gone) says so (``unused``), and the server ends.
+   server: ``{"ready": true, "warm": ..., "note": ...}``.
+2. per run, worker: ``run`` with descriptors: the request (a memory file), the
+   stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
+   server, once the program has ended: ``{"start": ..., "end": ...}``, how it
+   started (``""`` when the program ran, ``cold: why``, ``exec: errno``,
+   ``setup: what failed``) and its wait status as text (empty when the init
+   was killed).
 
 Standard library only, started as a script: ``python forkserver.py FD``. The
 modules of this folder it uses (``syscalls``, ``runroot``, ``pycommand``,
@@ -72,8 +67,6 @@ from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 MAX_FDS = 64
 """Descriptors one run request may carry."""
-UNUSED = b"unused"
-"""What a spare says when its socket closed without a run."""
 
 
 def _sibling(name: str, **given: Any) -> Any:
@@ -177,8 +170,8 @@ def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
 class _Spare:
     """A process forked for the next run ahead of it, its namespaces and root mostly made.
 
-    It waits for the request on the other end of ``hand`` (the worker's, once
-    handed over); what it says of the run's start comes back on ``started``.
+    It waits for the request on ``hand``; what it says of the run's start comes
+    back on ``started``.
     """
 
     def __init__(self, pid: int, hand: socket.socket, started: int) -> None:
@@ -216,45 +209,17 @@ def _wait_as_spare(
         runroot.build_root(plan)
     except BaseException as exc:
         problem = f"setup: {type(exc).__name__}: {exc}"
-    if not problem:
-        _prefault_request_path()
     try:
         data, fds = _receive(hand)
     except BaseException:
-        data, fds = b"", []
+        os._exit(1)
     hand.close()
     if not data:
-        os.write(started, UNUSED)  # the worker closed this spare's socket, or is gone
-        os._exit(0)
-    if data != b"run" or not fds:
-        problem = "setup: malformed request"
+        os._exit(0)  # the server is gone, or it replaces this spare
     if problem:
         os.write(started, problem.encode())
         os._exit(127)
     _become_program(fds, started, plan, warm)
-
-
-_REQUEST_SHAPE = (
-    '{"argv": ["/usr/bin/python3", "-c", "pass", "/tmp/j/s/output/out.json"], '
-    '"env": [["PATH", "/usr/bin:/bin"], ["HOME", "/tmp/j/s/home"]], "cwd": "/tmp/j/s/home", '
-    '"umask": 18, "uid": 1, "gid": 1, "rlimits": [[4, 0, 0]], "tmp_bytes": 1048576, '
-    '"mounts": ["/tmp/j/submission", "/tmp/j/s"], "cgroups": 1, "python": null}'
-)
-"""A request like the worker's, parsed by each spare before its own comes (see below)."""
-
-
-def _prefault_request_path() -> None:
-    """Run, with no effect, the library code a request runs first, before it comes.
-
-    A spare is a fork of the server: its first write to a page they share copies
-    the page, a fault of ~4 µs here (each goes through the hypervisor). Python
-    writes to every object it uses (reference counts), so code run for the first
-    time after the request would take those faults on the run's path: this takes
-    about half of them (~60, the JSON parser and the path functions) while idle.
-    """
-    json.loads(_REQUEST_SHAPE)
-    with contextlib.suppress(OSError):  # only a head start: the run does not depend on it
-        runroot.prefault_finish_root()
 
 
 def _become_program(
@@ -340,26 +305,24 @@ def _kill_leftovers() -> None:
             return
 
 
-def _offer(sock: socket.socket, spare: _Spare) -> None:
-    """Hand the worker ``spare``'s socket: it sends the next run there itself."""
+def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
+    """Hand one run to ``spare`` and report its end (``spare`` is used up)."""
     try:
-        _send(sock, {"spare": True}, [spare.hand.fileno()])
+        spare.hand.sendmsg(
+            [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        )
     finally:
-        spare.hand.close()  # the spare sees its socket close once the worker's copy closes
-
-
-def _follow_run(spare: _Spare) -> dict[str, str] | None:
-    """The report of the run ``spare`` became, once it ended; ``None`` if it got none."""
+        spare.hand.close()
+        for fd in fds:
+            os.close(fd)
     status = _reap_until(spare.pid)
     # The process that set the run up has ended: all it said of the start is in the pipe.
     start = _read_all(spare.started).decode(errors="replace")
-    if start == UNUSED.decode():
-        return None
     if start.startswith("spawned: "):  # a cold run: the command is the one to wait for
         status = _reap_until(int(start.removeprefix("spawned: ")))
         start = ""
     _kill_leftovers()
-    return {"start": start, "end": str(status)}
+    _send(sock, {"start": start, "end": str(status)})
 
 
 def _harden() -> None:
@@ -400,18 +363,27 @@ def serve(fd: int) -> None:
         stream.flush()  # a fork must not inherit anything buffered
     gc.collect()
     gc.freeze()  # forks then copy fewer pages: the collector does not touch old objects
+    spare = _make_spare(sock, plan, warm)
     _send(sock, {"ready": True, "warm": warm is not None, "note": note})
     while True:
         try:
-            # For the next run, made while the worker reads the last one's report.
-            spare = _make_spare(sock, plan, warm)
-            _offer(sock, spare)
-            report = _follow_run(spare)
-            if report is None:
-                return  # the worker closed the spare's socket: it stops this server, or is gone
-            _send(sock, report)
-        except OSError:  # the worker's socket is closed
+            data, fds = _receive(sock)
+        except (ConnectionError, OSError):
             return
+        if not data:
+            return  # the worker is gone
+        if data != b"run" or not fds:
+            for extra in fds:
+                os.close(extra)
+            _send(sock, {"start": "setup: malformed request"})
+            continue
+        try:
+            _serve_one(sock, fds, spare)
+        except (BrokenPipeError, ConnectionError):
+            return
+        except Exception as exc:  # the server itself must go on
+            print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
+        spare = _make_spare(sock, plan, warm)  # for the next run, while the worker reads this one
 
 
 if __name__ == "__main__":

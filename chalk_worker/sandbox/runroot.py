@@ -84,15 +84,6 @@ def build_root(plan: list[Step]) -> None:
             syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
 
 
-def prefault_finish_root() -> None:
-    """Call, with no effect, the library functions ``finish_root`` calls (in a spare, while
-    idle: their pages are then copied already when the request comes; see the server's
-    ``_prefault_request_path``)."""
-    os.path.lexists(STAGE + "/.chalk-none")
-    os.makedirs(STAGE, 0o755, exist_ok=True)
-    stat.S_ISDIR(os.stat(STAGE).st_mode)
-
-
 def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
     """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
