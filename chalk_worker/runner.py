@@ -13,7 +13,6 @@ import functools
 import logging
 import mmap
 import os
-import shutil
 import socket
 import sys
 import threading
@@ -25,7 +24,14 @@ from typing import Any, TypeVar
 
 from chalk_client.errors import JudgeError, StudentMisbehaviorError
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
-from chalk_client.judge_specs import AllJudge, AnyJudge, ExecutableJudge, JudgeSpec
+from chalk_client.judge_specs import (
+    AllJudge,
+    AlwaysPassJudge,
+    AnyJudge,
+    ExecutableJudge,
+    JudgeSpec,
+    RegexJudge,
+)
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker import cleanup
@@ -33,7 +39,7 @@ from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.process_loop import process_loop
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
-from chalk_worker.workdirs import job_dir_name, sweep_stale_job_dirs
+from chalk_worker.workdirs import job_dir_name, remove_job_folder, sweep_stale_job_dirs
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -94,6 +100,30 @@ def _uses_files(judge: JudgeSpec) -> bool:
     return False
 
 
+def _judges(judge: JudgeSpec) -> list[JudgeSpec]:
+    """``judge`` and, for ``all``/``any``, every judge inside it."""
+    if isinstance(judge, (AllJudge, AnyJudge)):
+        return [judge, *(inner for part in judge.judges for inner in _judges(part))]
+    return [judge]
+
+
+def _folder_on_first_script(job: ScoringJob, archive_file: Path | None) -> bool:
+    """Whether the job's folder can wait for its first scoring script to make it.
+
+    So for a job with nothing to unpack whose judges are scripts, regexes and
+    passes only: none of them looks at the folder before a script runs, and the
+    script's thread makes it (``workdirs.make_job_folder``), which saves the job a thread
+    hop. Any other judge (a custom one, a rubric reading files) gets the folder
+    made before the first step, as always.
+    """
+    if job.submission is not None or archive_file is not None:
+        return False
+    allowed = (ExecutableJudge, RegexJudge, AlwaysPassJudge, AllJudge, AnyJudge)
+    return all(
+        isinstance(judge, allowed) for step in job.scored_steps() for judge in _judges(step.judge)
+    )
+
+
 def _needs_folder(job: ScoringJob) -> bool:
     """Whether the job touches the disk: a submission to unpack or a script to run.
 
@@ -144,9 +174,9 @@ async def _score_steps(
     folder = job_dir or NO_FOLDER
     submission_dir = folder / "submission"
     try:
-        files = (
-            await asyncio.to_thread(_collect, job, job_dir, limits, archive_file) if job_dir else []
-        )
+        files = []
+        if job_dir is not None and not _folder_on_first_script(job, archive_file):
+            files = await asyncio.to_thread(_collect, job, job_dir, limits, archive_file)
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
         return [Scoring.fail("misbehavior", str(exc), cause=ZeroCause.MISBEHAVIOR)], timings
@@ -216,7 +246,7 @@ async def score_job_async(
         )
     finally:
         if job_dir is not None:  # after its scripts' scratch spaces, by the same cleaner
-            cleanup.later(functools.partial(shutil.rmtree, job_dir, True))
+            cleanup.later(functools.partial(remove_job_folder, job_dir))
     timings["total"] = time.perf_counter() - started
     return JobResult(
         job_id=job.id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 PREFIX = "chalk-job-"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)-")
 _MNT_DETACH = 2
+_MS_NOSUID_NODEV = 2 | 4
 
 
 def make_job_dir(settings: ChalkSettings) -> Path:
@@ -63,11 +65,47 @@ def sweep_stale_job_dirs(settings: ChalkSettings) -> int:
         return 0
     with contextlib.suppress(OSError):
         mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-        libc = ctypes.CDLL(None, use_errno=True)
         for point in sorted(mounts, key=len, reverse=True):
-            if any(point.startswith(f"{folder}/") for folder in map(str, stale)):
-                libc.umount2(point.encode(), _MNT_DETACH)
+            if any(point == folder or point.startswith(f"{folder}/") for folder in map(str, stale)):
+                _libc().umount2(point.encode(), _MNT_DETACH)
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
     log.info("removed %d job folder(s) left by worker processes that died", len(stale))
     return len(stale)
+
+
+_in_memory_folders = True
+"""Whether folders made by ``make_job_folder`` get a tmpfs (off after a mount fails)."""
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def make_job_folder(job_dir: Path) -> None:
+    """Make a job's folder and its empty ``submission/``, unless made already.
+
+    Called by a scoring script's thread for a job with nothing to unpack: such
+    a folder only ever holds mount points (its scripts' scratch spaces) and an
+    empty ``submission/``, so it is a small tmpfs where this process may mount
+    one. A ``mkdir`` on a busy ext4 waits for its journal (0.1-0.2 ms each here);
+    in memory the folders inside cost nothing. ``remove_job_folder`` unmounts it.
+    """
+    global _in_memory_folders
+    try:
+        job_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        return
+    if _in_memory_folders:
+        options = b"size=1m,mode=0700"
+        if _libc().mount(b"chalk", str(job_dir).encode(), b"tmpfs", _MS_NOSUID_NODEV, options):
+            _in_memory_folders = False  # not root, or no mounts here: folders on disk
+    (job_dir / "submission").mkdir()
+
+
+def remove_job_folder(job_dir: Path) -> None:
+    """Remove a job's folder, unmounting it first if ``make_job_folder`` mounted one."""
+    if os.path.ismount(job_dir):
+        _libc().umount2(str(job_dir).encode(), _MNT_DETACH)
+    shutil.rmtree(job_dir, ignore_errors=True)

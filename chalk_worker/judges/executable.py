@@ -23,6 +23,7 @@ from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import parse_python_command
+from chalk_worker.workdirs import make_job_folder
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox.session import SandboxSession
@@ -202,7 +203,9 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         output_bytes=context.limits.output_bytes,
     )
     sandbox = get_sandbox(context.settings)
-    with sandbox.session(context.job_dir, limits.file_size_bytes) as session:
+    make_job_folder(context.job_dir)  # made here when the job had nothing to unpack
+    work_root = context.job_dir.parent
+    with sandbox.session(context.job_dir, limits.file_size_bytes, work_root) as session:
         output = session.output_dir / PurePosixPath(judge.command[-1]).name
         argv = [_fill(word, context) for word in judge.command[:-1]] + [str(output)]
         cwd = Path(_fill(judge.cwd, context)) if judge.cwd else session.home

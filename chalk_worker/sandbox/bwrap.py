@@ -76,12 +76,17 @@ Kinds: ``symlink`` (``detail`` is the link's text), ``dir`` (a folder, mode 0755
 
 
 def view_entries(
-    *, readonly: Sequence[Path], writable: Sequence[Path], tmp_bytes: int
+    *,
+    readonly: Sequence[Path],
+    writable: Sequence[Path],
+    tmp_bytes: int,
+    hide: Path | None = None,
 ) -> list[ViewEntry]:
     """The steps that build a sandbox's root, parents first, as bubblewrap takes them.
 
     The system folders (or the links they are), ``/proc``, a minimal ``/dev``,
     a private ``/tmp``, then each allowlisted path with the folders above it.
+    ``hide``: a folder shown empty (a tmpfs) before the paths inside it are bound.
     """
     entries: list[ViewEntry] = []
     system = []
@@ -94,13 +99,19 @@ def view_entries(
     entries += [("proc", "/proc", ""), ("dev", "/dev", ""), ("tmpfs", "/tmp", str(tmp_bytes))]
     bound: list[Path] = list(system)
     created: set[Path] = {Path("/"), Path("/tmp")}
+    hidden: Path | None = None
     binds = [(Path(p), "ro") for p in readonly] + [(Path(p), "rw") for p in writable]
     # Parents first, so a writable folder inside a read-only one is bound on top of it.
     for path, how in sorted(binds, key=lambda item: len(item[0].parts)):
         if _covered(path, system) or not path.exists():
             continue
+        if hide is not None and hidden is None and hide in path.parents and _covered(hide, bound):
+            entries.append(("tmpfs", str(hide), "65536"))
+            created.add(hide)
+            hidden = hide  # from here, no host folder below it
         for parent in reversed(path.parents):
-            if parent in created or _covered(parent, bound):
+            host = _covered(parent, bound) and not (hidden and _covered(parent, [hidden]))
+            if parent in created or host:
                 continue  # made already, or a real host folder inside a bind
             entries.append(("dir", str(parent), ""))
             created.add(parent)
@@ -145,7 +156,8 @@ def bwrap_argv(
     writable: Sequence[Path],
     chdir: Path,
     tmp_bytes: int,
+    hide: Path | None = None,
 ) -> list[str]:
     """The bubblewrap arguments (up to and including ``--``) for one run."""
-    entries = view_entries(readonly=readonly, writable=writable, tmp_bytes=tmp_bytes)
+    entries = view_entries(readonly=readonly, writable=writable, tmp_bytes=tmp_bytes, hide=hide)
     return render_bwrap(bwrap, entries, chdir)

@@ -27,13 +27,28 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_RELATIME = 2, 4, 8, 32, 1 <<
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(value)
+    # One call each, not a Python file object: a run makes a dozen of these.
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def _read_counter(path: Path, key: str) -> int:
     try:
-        for line in path.read_text().splitlines():
+        for line in _read(path).splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
@@ -179,9 +194,22 @@ class SlotCgroups:
         """The slot's groups that exist, as of the last ``ensure``."""
         self._fds: list[int] = []
         self._warned: set[Path] = set()
+        self._ensured = False
+
+    def prepare(self, memory_bytes: int, processes: int) -> None:
+        """Make sure the slot's groups exist and set their limits (call while holding the slot).
+
+        Another Chalk process (or another sandbox of this one) may have removed
+        them since this handle last held the slot: a ``stat`` each finds out, and
+        they are made again. Nobody removes them while the slot is held.
+        """
+        if not self._ensured or not all(os.path.isdir(folder) for folder in self.folders):
+            self.ensure()
+        self.set_limits(memory_bytes, processes)
 
     def ensure(self) -> None:
         """Make the slot's groups where they are missing (call while holding the slot)."""
+        self._ensured = True
         present = []
         for folder in self._wanted:
             try:
@@ -249,12 +277,24 @@ class SlotCgroups:
             return False
         return True
 
+    def empty_all(self) -> bool:
+        """Kill what is left in the slot's groups and wait until none is; ``False`` when
+        there is no kill switch here (the caller must sweep by other means).
+
+        Groups found empty (a run whose every process has ended) are not sent a kill.
+        """
+        if self._folder(self.support.kill) is None:
+            return False
+        if not self.members():
+            return True
+        return self.kill_all() and self.wait_empty()
+
     def members(self) -> set[int]:
         """Processes still in any of the slot's groups."""
         found: set[int] = set()
         for folder in self.folders:
             with contextlib.suppress(OSError, ValueError):
-                found.update(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+                found.update(int(pid) for pid in _read(folder / "cgroup.procs").split())
         return found
 
     def remove(self) -> None:
@@ -263,6 +303,7 @@ class SlotCgroups:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         self.folders = []
+        self._ensured = False
 
     def wait_empty(self, timeout_s: float = 5.0) -> bool:
         """Wait until no process is left in the slot's groups."""

@@ -44,6 +44,7 @@ def run_direct(
     scratch: Path,
     slot: Slot | None,
     cgroups: SlotCgroups | None,
+    hide: Path | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` in a sandbox of its own and wait for it; kill all it left behind.
 
@@ -59,13 +60,19 @@ def run_direct(
     popen_cwd: Path | None = cwd
     if layers.bwrap:
         full = _wrap(
-            full, layers, cwd=cwd, limits=limits, readonly=readonly, scratch=scratch, slot=slot
+            full,
+            layers,
+            cwd=cwd,
+            limits=limits,
+            readonly=readonly,
+            scratch=scratch,
+            slot=slot,
+            hide=hide,
         )
         popen_cwd = None
     oom_before = 0
     if cgroups is not None:
-        cgroups.ensure()  # another Chalk process may have removed them since our last claim
-        cgroups.set_limits(limits.memory_bytes, limits.processes)
+        cgroups.prepare(limits.memory_bytes, limits.processes)
         oom_before = cgroups.oom_kills()
     fds = cgroups.open_for_join() if cgroups is not None else []
     try:
@@ -123,6 +130,7 @@ def _wrap(
     readonly: Sequence[Path],
     scratch: Path,
     slot: Slot | None,
+    hide: Path | None,
 ) -> list[str]:
     """``argv`` inside bubblewrap, run as the slot's user where ``setpriv`` is there."""
     assert layers.bwrap is not None
@@ -132,6 +140,7 @@ def _wrap(
         writable=[scratch],
         chdir=cwd,
         tmp_bytes=limits.file_size_bytes,
+        hide=hide,
     )
     if slot is not None and layers.setpriv:
         command += [
@@ -159,7 +168,7 @@ def kill_everything(
     # everything inside; the cgroup and uid sweeps catch anything else.
     if pgid:
         kill_group(pgid)
-    if cgroups is not None and cgroups.kill_all() and cgroups.wait_empty():
+    if cgroups is not None and cgroups.empty_all():
         return 0
     if uid is not None:
         return sweep(lambda: processes_of(uid))

@@ -12,6 +12,8 @@ Standard library only: the fork server loads this file by path (``_sibling``)
 and gives it ``syscalls``, loaded the same way, before its code runs.
 """
 
+import codecs
+import contextlib
 import os
 import stat
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,37 @@ def build_root(plan: list[Step]) -> None:
             syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
 
 
+def prefault_finish_root() -> None:
+    """Call, with no effect, the library functions ``finish_root`` calls (in a spare, while
+    idle: their pages are then copied already when the request comes; see the server's
+    ``_prefault_request_path``)."""
+    os.path.lexists(STAGE + "/.chalk-none")
+    os.makedirs(STAGE, 0o755, exist_ok=True)
+    stat.S_ISDIR(os.stat(STAGE).st_mode)
+
+
+def _hide(target: str) -> None:
+    """Show the folder ``target`` empty (where it is shown at all): first unmount what a
+    recursive bind of a folder above it brought along below it (other runs' scratch
+    spaces), then a fresh tmpfs over it."""
+    if not os.path.isdir(target):
+        return
+    below = []
+    with open("/proc/self/mountinfo", "rb") as table:
+        for line in table:
+            point = codecs.escape_decode(line.split()[4])[0].decode(errors="surrogateescape")
+            if point.startswith(target + "/"):
+                below.append(point)
+    detached: list[str] = []
+    for point in sorted(below, key=len):  # the highest first: each takes those below it
+        if not any(point == done or point.startswith(done + "/") for done in detached):
+            with contextlib.suppress(OSError):
+                syscalls.detach(point)
+            detached.append(point)
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=64k")
+
+
 def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
     """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
@@ -91,7 +124,11 @@ def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
     for action, target, _ in plan:
         if action == "tmpfs":
             syscalls.mount(None, target, None, syscalls.MS_REMOUNT | flags, size)
+    hide = request.get("hide")
     for path, fd in zip(request["mounts"], mount_fds, strict=True):
+        if hide and path.startswith(hide + "/"):  # the first of the run's paths inside it
+            _hide(STAGE + hide)
+            hide = None
         target = STAGE + path
         if not os.path.lexists(target):  # it may be in a folder attached before it
             os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
@@ -100,6 +137,8 @@ def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
             else:
                 os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
         syscalls.attach(fd, target)
+    if hide:
+        _hide(STAGE + hide)
     # chroot, not pivot_root: unmounting the old root would cost an RCU grace period
     # (~1 ms) per run. The run cannot leave it: it drops every capability before
     # running anything (no CAP_SYS_CHROOT, no mounts), holds no descriptor of a folder

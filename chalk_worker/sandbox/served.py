@@ -69,6 +69,8 @@ class RunSpec:
     mounts: Sequence[tuple[Path, bool]]
     """The run's own paths, ``(path, read_only)``: the submission, the scratch folder,
     the paths the command names."""
+    hide: Path | None = None
+    """A folder shown empty (a fresh tmpfs) under the run's own paths inside it."""
 
 
 def run_served(
@@ -92,13 +94,13 @@ def run_served(
         "rlimits": _rlimits(limits),
         "tmp_bytes": limits.file_size_bytes,
         "mounts": [str(path) for path, _ in present],
+        "hide": str(spec.hide) if spec.hide is not None else None,
         "cgroups": 0,
         "python": python.to_json() if python is not None else None,
     }
     oom_before = 0
     if cgroups is not None:
-        cgroups.ensure()  # another Chalk process may have removed them since our last claim
-        cgroups.set_limits(limits.memory_bytes, limits.processes)
+        cgroups.prepare(limits.memory_bytes, limits.processes)
         oom_before = cgroups.oom_kills()
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)

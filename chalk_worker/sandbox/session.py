@@ -51,10 +51,14 @@ _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 class SandboxSession:
     """One judge's stay in the sandbox; made by ``Sandbox.session``."""
 
-    def __init__(self, sandbox: Sandbox, scratch: Path, slot: Slot | None) -> None:
+    def __init__(
+        self, sandbox: Sandbox, scratch: Path, slot: Slot | None, work_root: Path | None = None
+    ) -> None:
         self.sandbox = sandbox
         self.scratch = scratch
         self.slot = slot
+        self.work_root = work_root or scratch.parent
+        """The folder holding every job's folder (and so other runs' scratch spaces)."""
         self.home = scratch / "home"
         """The script's default working folder and ``HOME``."""
         self.output_dir = scratch / "output"
@@ -73,6 +77,25 @@ class SandboxSession:
         roots = ["/usr", "/etc", str(self.scratch), *self.sandbox.readonly_texts]
         roots += [str(root) for root in readonly]
         return any(_inside(text, root) for root in roots)
+
+    def _hidden(self, readonly: Sequence[Path]) -> Path | None:
+        """``work_root`` when a path shown to the run holds it: the run sees it empty.
+
+        A read-only path is shown with the mounts inside it, which below the work
+        root are other runs' scratch spaces (the mount points at least, and, for
+        an instant after their run, the space itself). The run's own folders are
+        then shown on top. Not done when an allowlisted path lies inside the work
+        root (it would be hidden too).
+        """
+        if not self.sandbox.layers.bwrap:
+            return None
+        root = str(self.work_root)
+        shown = ["/usr", "/etc", *self.sandbox.readonly_texts, *map(str, readonly)]
+        if not any(_inside(root, path) for path in shown):
+            return None
+        if any(_inside(path, root) for path in self.sandbox.readonly_texts):
+            return None
+        return self.work_root
 
     def run(
         self,
@@ -108,6 +131,7 @@ class SandboxSession:
                 slot=self.slot,
                 cgroups=self.sandbox.cgroups_for(self.slot),
                 mounts=[*((path, True) for path in readonly), (self.scratch, False)],
+                hide=self._hidden(readonly),
             )
             try:
                 outcome = self._run_served(spec, python)
@@ -133,6 +157,7 @@ class SandboxSession:
             scratch=self.scratch,
             slot=self.slot,
             cgroups=self.sandbox.cgroups_for(self.slot) if self.slot else None,
+            hide=self._hidden(readonly),
         )
 
     def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
@@ -268,14 +293,20 @@ class Sandbox:
             return self._cgroups[slot.number]
 
     @contextlib.contextmanager
-    def session(self, parent: Path, scratch_bytes: int) -> Iterator[SandboxSession]:
-        """A slot and a fresh scratch folder inside ``parent``, both released on exit."""
+    def session(
+        self, parent: Path, scratch_bytes: int, work_root: Path | None = None
+    ) -> Iterator[SandboxSession]:
+        """A slot and a fresh scratch folder inside ``parent``, both released on exit.
+
+        ``work_root``: the folder holding the folders of every job (``parent``'s
+        own by default), which runs see empty but for their own part.
+        """
         scratch = Path(tempfile.mkdtemp(prefix="judge-", dir=parent))
         with contextlib.ExitStack() as stack:
             slot = stack.enter_context(self.pool.claim()) if self.pool else None
             mounted = self._mount_scratch(scratch, scratch_bytes)
             try:
-                session = SandboxSession(self, scratch, slot)
+                session = SandboxSession(self, scratch, slot, work_root)
                 for folder in (session.home, session.output_dir):
                     folder.mkdir()
                     if slot is not None:
@@ -292,9 +323,9 @@ class Sandbox:
     def _mount_scratch(self, scratch: Path, size: int) -> bool:
         if not self._can_mount:
             return False
-        libc = ctypes.CDLL(None, use_errno=True)
         options = f"size={size},mode=0755".encode()
-        if libc.mount(b"chalk", str(scratch).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options):
+        where = str(scratch).encode()
+        if _libc().mount(b"chalk", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, options):
             self._can_mount = False
             log.warning(
                 "could not mount a tmpfs for a script's scratch space (%s): its writes are "
@@ -311,9 +342,13 @@ def _remove_scratch(scratch: Path, mounted: bool) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _umount(path: Path) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.umount2(str(path).encode(), _MNT_DETACH):
+    if _libc().umount2(str(path).encode(), _MNT_DETACH):
         log.warning("could not unmount %s: %s", path, os.strerror(ctypes.get_errno()))
 
 

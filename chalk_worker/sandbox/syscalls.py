@@ -39,6 +39,7 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -56,6 +57,7 @@ CAP_SETGID = 6
 CAP_SETUID = 7
 CAP_SYS_CHROOT = 18
 CAP_SYS_ADMIN = 21
+CAP_SYS_NICE = 23
 CAP_SYS_RESOURCE = 24
 
 KEYCTL_CLEAR = 7
@@ -91,6 +93,11 @@ def _syscall(number: int, *args: object) -> int:
     """
     converted = [ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args]
     return int(_libc.syscall(ctypes.c_long(number), *converted))
+
+
+def current_cpu() -> int:
+    """The CPU this thread runs on now."""
+    return _check(_libc.sched_getcpu(), "sched_getcpu")
 
 
 def _check(result: int, what: str) -> int:
@@ -145,6 +152,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     )
 
 
+def detach(target: str) -> None:
+    """Unmount ``target`` and every mount below it, lazily (``MNT_DETACH``)."""
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
 def unshare(flags: int) -> None:
     """``unshare(2)``: new namespaces for this process."""
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
@@ -167,6 +179,11 @@ def _permitted() -> int:
             if line.startswith("CapPrm:"):
                 return int(line.split()[1], 16)
     return 0
+
+
+def has_capability(number: int) -> bool:
+    """Whether this process has the capability ``number`` (in its permitted set)."""
+    return bool(_permitted() >> number & 1)
 
 
 def keep_capabilities(keep: tuple[int, ...]) -> None:

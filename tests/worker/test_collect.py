@@ -241,7 +241,9 @@ def test_hundred_thousand_tiny_files_are_refused_at_max_entries(dest: Path) -> N
     archive = archives.many_tiny_files(100_000)
     started = time.perf_counter()
     refuse(archive, dest, "more than 10000 entries")
-    assert time.perf_counter() - started < 5
+    # Refused in seconds (3-6 s on a shared 2-core machine), not by writing every file:
+    # the bound only catches a refusal that comes far too late.
+    assert time.perf_counter() - started < 30
 
 
 def test_two_thousand_deep_folders_are_refused_at_max_depth(dest: Path) -> None:

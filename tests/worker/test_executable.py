@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -355,3 +356,61 @@ def test_no_job_folder_is_left_behind(score, tmp_path, monkeypatch):
         submission=Submission.from_files({"answer.txt": "3.12.11"}),
     )
     assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_holding_the_work_folder_shows_no_other_run_s_scratch(tmp_path, monkeypatch):
+    # The command names a folder that holds the work folder: shown read-only, it would
+    # carry the mounts below it, such as another run's scratch space. The run sees the
+    # work folder empty but for its own job's folder.
+    from chalk_worker.sandbox import detect_layers
+
+    layers = detect_layers()
+    if not (layers.root and layers.bwrap):
+        pytest.skip("needs root and bubblewrap")
+    project = tmp_path / "project"
+    (project / "work").mkdir(parents=True)
+    project.chmod(0o755)
+    (project / "work").chmod(0o755)
+    other = project / "work" / "chalk-job-1-other" / "judge-x"
+    other.mkdir(parents=True, mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "other-run", str(other)], check=True)
+    try:
+        (other / "secret").write_text("another run's")
+        lister = project / "lister.py"
+        lister.write_text(
+            "import json, os, sys\n"
+            "work = os.path.join(sys.argv[1], 'work')\n"
+            "mounts = open('/proc/self/mountinfo').read()\n"
+            "meta = {'listing': sorted(os.listdir(work)), 'other': 'other-run' in mounts}\n"
+            "json.dump({'score': 1, 'metadata': meta}, open(sys.argv[-1], 'w'))\n"
+        )
+        lister.chmod(0o644)
+        monkeypatch.setenv("CHALK_WORK_DIR", str(project / "work"))
+        for warm in ("true", "false"):
+            monkeypatch.setenv("CHALK_WARM_PYTHON", warm)
+            command = ["{python}", str(lister), str(project), "o"]
+            result = score_job(ScoringJob(judge=ExecutableJudge(command)))
+            assert result.status is JobStatus.SUCCEEDED and result.score == 1.0, result
+            listing = json.loads(result.scoring.metadata["listing"])
+            assert len(listing) == 1 and listing[0].startswith("chalk-job-"), listing
+            assert result.scoring.metadata["other"] == "False"
+    finally:
+        subprocess.run(["umount", str(other)], check=True)
+
+
+def test_bubblewrap_shows_a_hidden_folder_empty_under_the_run_s_own_paths(tmp_path):
+    from chalk_worker.sandbox.bwrap import view_entries
+
+    project = tmp_path / "project"
+    scratch = project / "work" / "chalk-job-1-a" / "judge-x"
+    scratch.mkdir(parents=True)
+    entries = view_entries(
+        readonly=[project], writable=[scratch], tmp_bytes=1024, hide=project / "work"
+    )
+    steps = [(kind, path) for kind, path, _ in entries]
+    at = steps.index(("ro", str(project)))
+    assert steps[at + 1 :] == [
+        ("tmpfs", str(project / "work")),
+        ("dir", str(project / "work" / "chalk-job-1-a")),
+        ("rw", str(scratch)),
+    ]

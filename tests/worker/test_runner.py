@@ -131,6 +131,10 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = tmp_path / f"chalk-job-{dead.pid}-abc"
+    stale.mkdir()
+    # A folder of a job without files is a tmpfs of its own, where the worker may mount.
+    mount = ["mount", "-t", "tmpfs", "chalk", str(stale)]
+    mounted = subprocess.run(mount, capture_output=True).returncode == 0
     (stale / "submission").mkdir(parents=True)
     alive = tmp_path / f"chalk-job-{os.getpid()}-xyz"
     alive.mkdir()
@@ -138,6 +142,8 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     other.mkdir()
     assert sweep_stale_job_dirs(ChalkSettings(work_dir=str(tmp_path))) == 1
     assert not stale.exists() and alive.exists() and other.exists()
+    if mounted:
+        assert str(stale) not in Path("/proc/self/mounts").read_text()
 
 
 @register_judge("test_look_around")
@@ -161,6 +167,26 @@ def test_jobs_without_files_make_no_job_folder(tmp_path, monkeypatch):
     with_files = score_job(ScoringJob(judge=look, submission=Submission.from_files({"a": "1"})))
     assert with_files.scoring.metadata["listing"] != "[]"
     assert os.listdir(tmp_path) == []
+
+
+def test_scripts_without_a_submission_see_an_empty_submission_folder(tmp_path, monkeypatch, script):
+    # Scripts, regexes and passes only: the script's thread makes the job folder. With a
+    # custom judge the folder is made before the first step. Scripts see the same either way.
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("CHALK_WORK_DIR", str(work))
+    lister = script(
+        "import json, os, sys\nlisting = os.listdir(sys.argv[1])\n"
+        "json.dump({'score': 1, 'metadata': {'listing': listing}}, open(sys.argv[-1], 'w'))"
+    )
+    listing = ExecutableJudge(["{python}", lister, "{submission_dir}", "out.json"])
+    look = CustomJudge("test_look_around", {"folder": str(work)})
+    for steps in ([Step(listing), Step(RegexJudge(["hi"]) & listing)], [Step(look), Step(listing)]):
+        result = score_job(ScoringJob(transcript=say("hi"), steps=steps))
+        assert result.status is JobStatus.SUCCEEDED, result
+        assert [s.score for s in result.steps] == [1.0, 1.0], result
+        assert result.scoring.metadata["listing"] == "[]"
+    assert os.listdir(work) == []  # both folders removed
 
 
 def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
