@@ -39,7 +39,12 @@ from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.process_loop import process_loop
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
-from chalk_worker.workdirs import job_dir_name, remove_job_folder, sweep_stale_job_dirs
+from chalk_worker.workdirs import (
+    job_dir_name,
+    remove_job_folder,
+    retire_job_folder,
+    sweep_stale_job_dirs,
+)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -246,6 +251,7 @@ async def score_job_async(
         )
     finally:
         if job_dir is not None:  # after its scripts' scratch spaces, by the same cleaner
+            retire_job_folder(job_dir)  # a script's thread started late may not make it again
             cleanup.later(functools.partial(remove_job_folder, job_dir))
     timings["total"] = time.perf_counter() - started
     return JobResult(

@@ -8,6 +8,7 @@ machine removes folders whose owner no longer runs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import functools
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
@@ -83,25 +85,48 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def make_job_folder(job_dir: Path) -> None:
+_retired: collections.OrderedDict[Path, None] = collections.OrderedDict()
+_retired_lock = threading.Lock()
+_RETIRED_KEPT = 10_000
+"""Job folders remembered as ended (names are random: any recent few suffice)."""
+
+
+class JobEnded(Exception):
+    """Raised by ``make_job_folder`` for a job that has ended (it was cancelled)."""
+
+
+def make_job_folder(job_dir: Path, in_memory: bool = False, size_bytes: int = 1 << 20) -> None:
     """Make a job's folder and its empty ``submission/``, unless made already.
 
-    Called by a scoring script's thread for a job with nothing to unpack: such
+    Called by a scoring script's thread for a job with nothing to unpack. Such
     a folder only ever holds mount points (its scripts' scratch spaces) and an
-    empty ``submission/``, so it is a small tmpfs where this process may mount
-    one. A ``mkdir`` on a busy ext4 waits for its journal (0.1-0.2 ms each here);
-    in memory the folders inside cost nothing. ``remove_job_folder`` unmounts it.
+    empty ``submission/``: with ``in_memory`` it is a tmpfs of ``size_bytes``
+    where this process may mount one. A ``mkdir`` on a busy ext4 waits for its
+    journal (0.1-0.2 ms each here); in memory the folders inside cost nothing.
+    ``remove_job_folder`` unmounts it. Raises ``JobEnded`` for a job already
+    handed to the cleaner (a cancelled job whose script's thread started late).
     """
     global _in_memory_folders
-    try:
-        job_dir.mkdir(mode=0o700)
-    except FileExistsError:
-        return
-    if _in_memory_folders:
-        options = b"size=1m,mode=0700"
+    with _retired_lock:
+        if job_dir in _retired:
+            raise JobEnded(f"the job of {job_dir.name} has ended")
+        try:
+            job_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            return
+    if in_memory and _in_memory_folders:
+        options = f"size={max(size_bytes, 1 << 20)},mode=0700".encode()
         if _libc().mount(b"chalk", str(job_dir).encode(), b"tmpfs", _MS_NOSUID_NODEV, options):
             _in_memory_folders = False  # not root, or no mounts here: folders on disk
     (job_dir / "submission").mkdir()
+
+
+def retire_job_folder(job_dir: Path) -> None:
+    """Mark the job's folder as ended (no script may make it again); then remove it."""
+    with _retired_lock:
+        _retired[job_dir] = None
+        while len(_retired) > _RETIRED_KEPT:
+            _retired.popitem(last=False)
 
 
 def remove_job_folder(job_dir: Path) -> None:

@@ -203,7 +203,9 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         output_bytes=context.limits.output_bytes,
     )
     sandbox = get_sandbox(context.settings)
-    make_job_folder(context.job_dir)  # made here when the job had nothing to unpack
+    # Made here when the job had nothing to unpack: in memory where scratch spaces are
+    # (a scratch space not mounted would land in it), as large as one may be.
+    make_job_folder(context.job_dir, sandbox.can_mount, limits.file_size_bytes)
     work_root = context.job_dir.parent
     with sandbox.session(context.job_dir, limits.file_size_bytes, work_root) as session:
         output = session.output_dir / PurePosixPath(judge.command[-1]).name

@@ -203,7 +203,8 @@ class SlotCgroups:
         them since this handle last held the slot: a ``stat`` each finds out, and
         they are made again. Nobody removes them while the slot is held.
         """
-        if not self._ensured or not all(os.path.isdir(folder) for folder in self.folders):
+        complete = len(self.folders) == len(self._wanted)  # else some could not be made: again
+        if not (self._ensured and complete and all(map(os.path.isdir, self.folders))):
             self.ensure()
         self.set_limits(memory_bytes, processes)
 

@@ -185,21 +185,19 @@ def _make_spare(
 ) -> _Spare:
     """Fork the process of the next run (done between runs: off their path).
 
-    The fork and the spare's set-up run at the lowest priority where the server
-    can raise it again (``_priorities``): they give way to whatever else this
-    machine runs, the end of the run just reported first of all, and the spare
-    gets its normal priority back with its request.
+    The spare's set-up runs at the lowest priority where the server can raise it
+    again (``_priorities``): it gives way to whatever else this machine runs, the
+    end of the run just reported first of all, and the spare gets its normal
+    priority back with its request. (The fork itself stays at the server's: a
+    request may come at once.)
     """
     hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     started_r, started_w = os.pipe2(os.O_CLOEXEC)
-    if _priorities:
-        os.setpriority(os.PRIO_PROCESS, 0, _priorities[1])
-    try:
-        pid = os.fork()
-    finally:
-        if _priorities and os.getpid() == _server_pid:
-            os.setpriority(os.PRIO_PROCESS, 0, _priorities[0])
+    pid = os.fork()
     if pid == 0:
+        if _priorities:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, _priorities[1])
         server.close()  # this process's copy: the worker's socket is not the run's business
         hand.close()
         os.close(started_r)
@@ -209,16 +207,22 @@ def _make_spare(
     return _Spare(pid, hand, started_r)
 
 
-_server_pid = 0
 _priorities: tuple[int, int] | None = None
 """The server's own priority (nice value) and its spares' while they wait, where it can
-raise a spare's again (``CAP_SYS_NICE``); ``None`` where it cannot."""
+raise a spare's again; ``None`` where it cannot."""
 
 
 def _set_priorities() -> None:
-    global _server_pid, _priorities
-    _server_pid = os.getpid()
-    if syscalls.has_capability(syscalls.CAP_SYS_NICE):
+    """Spares wait at a low priority only where the server holds ``CAP_SYS_NICE`` in the
+    machine's own user namespace (in another one the capability does not let it raise
+    a priority again)."""
+    global _priorities
+    try:
+        with open("/proc/self/uid_map") as mapping:
+            initial = mapping.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        initial = False
+    if initial and syscalls.has_capability(syscalls.CAP_SYS_NICE):
         own = os.getpriority(os.PRIO_PROCESS, 0)
         _priorities = (own, max(own, 19))
 
@@ -289,6 +293,9 @@ def _become_program(
         os.dup2(null, 0)
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
+        # Nothing root opened stays open once used (cgroup.procs files, mounts, the request).
+        for fd in {null, *fds} - {0, 1, 2}:
+            os.close(fd)
         os.umask(request["umask"])
         os.chdir(request["cwd"])
         for number, soft, hard in request["rlimits"]:
@@ -296,8 +303,9 @@ def _become_program(
         uid, gid = request["uid"], request["gid"]
         os.setgroups([])
         os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)  # every capability goes with root
-        syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: the run may read its /proc
+        # Every capability goes with root, and the process is not dumpable now: the
+        # slot's user cannot trace it (a cold run's command gets its own at exec).
+        os.setresuid(uid, uid, uid)
         syscalls.clear_user_keyring()
         argv: list[str] = request["argv"]
         if request["python"] is not None and warm is not None:
@@ -307,6 +315,7 @@ def _become_program(
                 os.write(started, f"cold: {refusal}".encode())
                 os._exit(0)
             os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1] + 1)
+            syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)  # as after exec: it may read its /proc
             gc.enable()
             warm.run_main(argv, command, [(str(k), str(v)) for k, v in request["env"]])
         syscalls.cloexec_from(3)
@@ -326,11 +335,9 @@ def _step_aside(program: int, started: int) -> NoReturn:
     This process is a copy of the server's memory: tearing it down costs about a
     millisecond of CPU, which, done here, the kernel gives it ahead of the
     program it has just woken from its ``exec`` on the same core. On another
-    core it is done while the program starts. Not dumpable first: a process of
-    the slot's user cannot trace it while it ends.
+    core it is done while the program starts. It is not dumpable (since it took
+    the slot's uid): the program cannot trace it meanwhile.
     """
-    with contextlib.suppress(OSError):
-        syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     os.write(started, f"spawned: {program}".encode())  # the command goes to the subreaper
     with contextlib.suppress(OSError):
         others = os.sched_getaffinity(0) - {syscalls.current_cpu()}
@@ -389,19 +396,23 @@ def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
         spare.hand.close()
         for fd in fds:
             os.close(fd)
-    # One message, or the end of the pipe when the spare became a warm program (it
-    # closes the pipe) or died before saying anything.
-    said = os.read(spare.started, 65536)
-    if said.startswith(b"spawned: "):  # a cold run: the command is the one to wait for
-        os.close(spare.started)
-        status = _reap_until(int(said.removeprefix(b"spawned: ")))
-        start = ""
-    else:
-        status = _reap_until(spare.pid)
-        # The spare has ended: all it said of the start is in the pipe.
-        start = (said + _read_all(spare.started)).decode(errors="replace")
-    _kill_leftovers()
-    _send(sock, {"start": start, "end": str(status)})
+    start, status = "setup: the run's start was not reported", 0
+    try:
+        # One message, or the end of the pipe when the spare became a warm program (it
+        # closes the pipe) or died before saying anything.
+        said = os.read(spare.started, 65536)
+        program = said.removeprefix(b"spawned: ")
+        if program != said and program.isdigit():  # a cold run: wait for the command
+            os.close(spare.started)
+            status = _reap_until(int(program))
+            start = ""
+        else:
+            status = _reap_until(spare.pid)
+            # The spare has ended: all it said of the start is in the pipe.
+            start = (said + _read_all(spare.started)).decode(errors="replace")
+    finally:
+        _kill_leftovers()  # whatever happened, nothing of the run outlives its report
+        _send(sock, {"start": start, "end": str(status)})
 
 
 def _harden() -> None:

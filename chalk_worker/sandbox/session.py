@@ -89,13 +89,15 @@ class SandboxSession:
         """
         if not self.sandbox.layers.bwrap:
             return None
-        root = str(self.work_root)
         shown = ["/usr", "/etc", *self.sandbox.readonly_texts, *map(str, readonly)]
-        if not any(_inside(root, path) for path in shown):
-            return None
-        if any(_inside(path, root) for path in self.sandbox.readonly_texts):
-            return None
-        return self.work_root
+        # As named, or where a link leads (the run's root has the folder there).
+        for root in dict.fromkeys([str(self.work_root), os.path.realpath(self.work_root)]):
+            if not any(_inside(root, path) for path in shown):
+                continue
+            if any(_inside(path, root) and path != root for path in self.sandbox.readonly_texts):
+                return None
+            return Path(root)
+        return None
 
     def run(
         self,
@@ -218,7 +220,8 @@ class Sandbox:
             )
         self._cgroups: dict[int, SlotCgroups] = {}
         self._lock = threading.Lock()
-        self._can_mount = self.layers.root
+        self.can_mount = self.layers.root
+        """Whether scratch spaces are mounted tmpfs (off after a mount fails)."""
         self._servers: dict[bool, ForkServerPool | None] = {}
         self._servers_off: str | None = None
         atexit.register(self.close)
@@ -321,12 +324,12 @@ class Sandbox:
                 cleanup.later(functools.partial(_remove_scratch, scratch, mounted))
 
     def _mount_scratch(self, scratch: Path, size: int) -> bool:
-        if not self._can_mount:
+        if not self.can_mount:
             return False
         options = f"size={size},mode=0755".encode()
         where = str(scratch).encode()
         if _libc().mount(b"chalk", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, options):
-            self._can_mount = False
+            self.can_mount = False
             log.warning(
                 "could not mount a tmpfs for a script's scratch space (%s): its writes are "
                 "capped per file only",

@@ -385,14 +385,19 @@ def test_a_folder_holding_the_work_folder_shows_no_other_run_s_scratch(tmp_path,
             "json.dump({'score': 1, 'metadata': meta}, open(sys.argv[-1], 'w'))\n"
         )
         lister.chmod(0o644)
-        monkeypatch.setenv("CHALK_WORK_DIR", str(project / "work"))
-        for warm in ("true", "false"):
+        link = tmp_path / "work-link"  # the work folder named through a link
+        link.symlink_to(project / "work")
+        cases = [(project / "work", "true"), (project / "work", "false"), (link, "false")]
+        for work, warm in cases:
+            monkeypatch.setenv("CHALK_WORK_DIR", str(work))
             monkeypatch.setenv("CHALK_WARM_PYTHON", warm)
             command = ["{python}", str(lister), str(project), "o"]
             result = score_job(ScoringJob(judge=ExecutableJudge(command)))
             assert result.status is JobStatus.SUCCEEDED and result.score == 1.0, result
             listing = json.loads(result.scoring.metadata["listing"])
-            assert len(listing) == 1 and listing[0].startswith("chalk-job-"), listing
+            assert "chalk-job-1-other" not in listing, listing
+            if work != link:  # through the link, its own folder is there, not here
+                assert len(listing) == 1 and listing[0].startswith("chalk-job-"), listing
             assert result.scoring.metadata["other"] == "False"
     finally:
         subprocess.run(["umount", str(other)], check=True)

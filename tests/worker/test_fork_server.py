@@ -13,6 +13,8 @@ import contextlib
 import logging
 import os
 import re
+import shutil
+import subprocess
 import textwrap
 import threading
 import time
@@ -554,3 +556,54 @@ def test_a_server_started_before_a_preloaded_file_changed_is_replaced(settings, 
         assert not first.alive
     finally:
         pool.close()
+
+
+TRACE_PARENT = r"""
+#include <errno.h>
+#include <stdio.h>
+#include <sys/ptrace.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+int main(int argc, char **argv) {
+    /* From the first instruction: trace the process that started this one, until it
+       is gone (the parent becomes the server) or 2 s pass. */
+    pid_t parent = getppid();
+    int attached = 0, error = 0;
+    double started = now();
+    while (now() - started < 2000 && getppid() == parent) {
+        if (ptrace(PTRACE_SEIZE, parent, 0, 0) == 0) { attached = 1; break; }
+        error = errno;
+    }
+    FILE *out = fopen(argv[argc - 1], "w");
+    fprintf(out, "{\"score\": 1, \"metadata\": {\"attached\": %d, \"errno\": %d}}",
+            attached, error);
+    fclose(out);
+    return 0;
+}
+"""
+
+
+def test_a_cold_command_cannot_trace_the_process_that_started_it(settings, tmp_path):
+    # The spare that starts a cold command ends just after, as the slot's user: from
+    # the command's first instruction it must be out of reach (it was dumpable once).
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler: a Python script starts too late to race its parent")
+    source = tmp_path / "trace_parent.c"
+    source.write_text(TRACE_PARENT)
+    program = tmp_path / "trace_parent"
+    subprocess.run([compiler, "-O1", "-o", str(program), str(source)], check=True)
+    program.chmod(0o755)
+    tmp_path.chmod(0o755)
+    cold = settings.model_copy(update={"warm_python": False})
+    for _ in range(10):
+        result = score_job(
+            ScoringJob(judge=ExecutableJudge([str(program), "out.json"])), settings=cold
+        )
+        assert result.status is JobStatus.SUCCEEDED and result.score == 1.0, result
+        assert result.scoring is not None and result.scoring.metadata["attached"] == "0", result
