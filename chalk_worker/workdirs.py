@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import functools
 import logging
 import os
 import re
@@ -21,13 +19,12 @@ import threading
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
+from chalk_worker.sandbox import syscalls
 
 log = logging.getLogger(__name__)
 
 PREFIX = "chalk-job-"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)-")
-_MNT_DETACH = 2
-_MS_NOSUID_NODEV = 2 | 4
 
 
 def make_job_dir(settings: ChalkSettings) -> Path:
@@ -69,7 +66,8 @@ def sweep_stale_job_dirs(settings: ChalkSettings) -> int:
         mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
         for point in sorted(mounts, key=len, reverse=True):
             if any(point == folder or point.startswith(f"{folder}/") for folder in map(str, stale)):
-                _libc().umount2(point.encode(), _MNT_DETACH)
+                with contextlib.suppress(OSError):
+                    syscalls.detach(point)
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
     log.info("removed %d job folder(s) left by worker processes that died", len(stale))
@@ -78,11 +76,6 @@ def sweep_stale_job_dirs(settings: ChalkSettings) -> int:
 
 _in_memory_folders = True
 """Whether folders made by ``make_job_folder`` get a tmpfs (off after a mount fails)."""
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 _retired: collections.OrderedDict[Path, None] = collections.OrderedDict()
@@ -115,8 +108,11 @@ def make_job_folder(job_dir: Path, in_memory: bool = False, size_bytes: int = 1 
         except FileExistsError:
             return
     if in_memory and _in_memory_folders:
-        options = f"size={max(size_bytes, 1 << 20)},mode=0700".encode()
-        if _libc().mount(b"chalk", str(job_dir).encode(), b"tmpfs", _MS_NOSUID_NODEV, options):
+        flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+        options = f"size={max(size_bytes, 1 << 20)},mode=0700"
+        try:
+            syscalls.mount("chalk", str(job_dir), "tmpfs", flags, options)
+        except OSError:
             _in_memory_folders = False  # not root, or no mounts here: folders on disk
     (job_dir / "submission").mkdir()
 
@@ -132,5 +128,6 @@ def retire_job_folder(job_dir: Path) -> None:
 def remove_job_folder(job_dir: Path) -> None:
     """Remove a job's folder, unmounting it first if ``make_job_folder`` mounted one."""
     if os.path.ismount(job_dir):
-        _libc().umount2(str(job_dir).encode(), _MNT_DETACH)
+        with contextlib.suppress(OSError):
+            syscalls.detach(str(job_dir))
     shutil.rmtree(job_dir, ignore_errors=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import functools
 import logging
 import os
@@ -44,8 +43,6 @@ from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_
 from chalk_worker.sandbox.slots import Slot, SlotPool
 
 log = logging.getLogger(__name__)
-
-_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 
 
 class SandboxSession:
@@ -326,14 +323,15 @@ class Sandbox:
     def _mount_scratch(self, scratch: Path, size: int) -> bool:
         if not self.can_mount:
             return False
-        options = f"size={size},mode=0755".encode()
-        where = str(scratch).encode()
-        if _libc().mount(b"chalk", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, options):
+        flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+        try:
+            syscalls.mount("chalk", str(scratch), "tmpfs", flags, f"size={size},mode=0755")
+        except OSError as exc:
             self.can_mount = False
             log.warning(
                 "could not mount a tmpfs for a script's scratch space (%s): its writes are "
                 "capped per file only",
-                os.strerror(ctypes.get_errno()),
+                exc.strerror,
             )
             return False
         return True
@@ -341,18 +339,11 @@ class Sandbox:
 
 def _remove_scratch(scratch: Path, mounted: bool) -> None:
     if mounted:
-        _umount(scratch)
+        try:
+            syscalls.detach(str(scratch))
+        except OSError as exc:
+            log.warning("could not unmount %s: %s", scratch, exc.strerror)
     shutil.rmtree(scratch, ignore_errors=True)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _umount(path: Path) -> None:
-    if _libc().umount2(str(path).encode(), _MNT_DETACH):
-        log.warning("could not unmount %s: %s", path, os.strerror(ctypes.get_errno()))
 
 
 _sandboxes: dict[tuple[int, str], Sandbox] = {}
