@@ -23,7 +23,9 @@ run at a time and never runs job code itself:
 - the server is the subreaper of everything the program starts. When the
   program ends, it kills whatever is left in its PID namespace (only the run's
   processes live there besides bubblewrap's init and the server), reaps it,
-  and reports the program's status.
+  and reports the program's status. It holds the run's mount namespace until
+  the next spare lets it go: the run's mounts do not come down on the way out
+  of its last process, between its exit and the report.
 
 A run cannot reach the server: the server is root (no signals, no ptrace, no
 ``/proc/<pid>/mem``) and not even listed in the run's ``/proc``. Each run is a
@@ -181,9 +183,16 @@ class _Spare:
 
 
 def _make_spare(
-    server: socket.socket, plan: list["runroot.Step"], warm: "pymain.Interpreter | None"
+    server: socket.socket,
+    plan: list["runroot.Step"],
+    warm: "pymain.Interpreter | None",
+    drop: list[int] | None = None,
 ) -> _Spare:
     """Fork the process of the next run (done between runs: off their path).
+
+    ``drop``: the last run's mount namespace, which the spare lets go of first
+    (its mounts come down there, at the spare's low priority, not on the way out
+    of the run's last process).
 
     The spare's set-up runs at the lowest priority where the server can raise it
     again (``_priorities``): it gives way to whatever else this machine runs, the
@@ -201,7 +210,11 @@ def _make_spare(
         server.close()  # this process's copy: the worker's socket is not the run's business
         hand.close()
         os.close(started_r)
+        for fd in drop or ():
+            os.close(fd)
         _wait_as_spare(theirs, started_w, plan, warm)
+    for fd in drop or ():
+        os.close(fd)
     theirs.close()
     os.close(started_w)
     return _Spare(pid, hand, started_r)
@@ -235,8 +248,13 @@ def _wait_as_spare(
     problem = ""
     try:
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
-        os.umask(0o022)
-        runroot.build_root(plan)
+    except BaseException as exc:
+        problem = f"setup: {type(exc).__name__}: {exc}"
+    _lend_namespace(hand, ok=not problem)
+    try:
+        if not problem:
+            os.umask(0o022)
+            runroot.build_root(plan)
     except BaseException as exc:
         problem = f"setup: {type(exc).__name__}: {exc}"
     if not problem:
@@ -252,6 +270,30 @@ def _wait_as_spare(
         os.write(started, problem.encode())
         os._exit(127)
     _become_program(fds, started, plan, warm)
+
+
+def _lend_namespace(hand: socket.socket, ok: bool) -> None:
+    """Give the server the spare's new mount namespace, to hold past the run's end.
+
+    The last process of a mount namespace takes its mounts down on its way out
+    (the run's root, ``/proc``, a ``/tmp`` tmpfs, then an RCU grace period):
+    ~0.3 ms between a command's exit and its parent hearing of it. Held by the
+    server, the namespace outlives the run; the next spare lets it go, at its
+    low priority, before it builds its own root (``_make_spare``). Sent before
+    anything of a job is known; nothing from a job ever reaches ``hand``.
+    """
+    fds = []
+    with contextlib.suppress(OSError):  # without it the namespace goes with the run
+        if ok:
+            fds = [os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
+    try:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        hand.sendmsg([b"ns"], ancillary)
+    except OSError:
+        pass  # the server is gone: no request will come either
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 _REQUEST_SHAPE = (
@@ -383,15 +425,27 @@ def _kill_leftovers() -> None:
             return
 
 
-def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
-    """Hand one run to ``spare`` and report its end (``spare`` is used up)."""
+def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> list[int]:
+    """Hand one run to ``spare`` and report its end (``spare`` is used up).
+
+    Returns the run's mount namespace (a descriptor; none if the spare could not
+    make one), for the next spare to let go of (``_lend_namespace``).
+    """
     if _priorities:  # the spare was made at a low priority: the run gets the server's
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, spare.pid, _priorities[0])
+    namespace: list[int] = []
     try:
+        with contextlib.suppress(OSError):  # none from a spare that failed: its run says why
+            namespace = _receive(spare.hand)[1]
         spare.hand.sendmsg(
             [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         )
+    except BaseException:
+        for fd in namespace:
+            os.close(fd)
+        namespace = []
+        raise
     finally:
         spare.hand.close()
         for fd in fds:
@@ -413,6 +467,7 @@ def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> None:
     finally:
         _kill_leftovers()  # whatever happened, nothing of the run outlives its report
         _send(sock, {"start": start, "end": str(status)})
+    return namespace
 
 
 def _harden() -> None:
@@ -469,13 +524,15 @@ def serve(fd: int) -> None:
                 os.close(extra)
             _send(sock, {"start": "setup: malformed request"})
             continue
+        held: list[int] = []
         try:
-            _serve_one(sock, fds, spare)
+            held = _serve_one(sock, fds, spare)
         except (BrokenPipeError, ConnectionError):
             return
         except Exception as exc:  # the server itself must go on
             print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
-        spare = _make_spare(sock, plan, warm)  # for the next run, while the worker reads this one
+        # For the next run, while the worker reads this one's report.
+        spare = _make_spare(sock, plan, warm, held)
 
 
 if __name__ == "__main__":
