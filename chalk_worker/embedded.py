@@ -29,6 +29,7 @@ from chalk_client.settings import ChalkSettings
 from chalk_worker import cleanup
 from chalk_worker.runner import default_settings, score_job_async, start_in_process, wait_for
 from chalk_worker.tasks_loader import failures_note, load_task_modules
+from chalk_worker.workdirs import release_idle_areas
 
 DEFAULT_CONCURRENCY = 32
 """Jobs in flight at once; subprocess judges are further capped at one per core."""
@@ -133,6 +134,7 @@ def score_jobs(
         return _score_jobs(jobs, concurrency, progress, settings)
     finally:
         cleanup.drain()  # no job folder is left when it returns
+        release_idle_areas()
 
 
 def _score_jobs(

@@ -41,6 +41,7 @@ from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.tasks_loader import load_task_modules
 from chalk_worker.workdirs import (
     job_dir_name,
+    release_idle_areas,
     remove_job_folder,
     retire_job_folder,
     sweep_stale_job_dirs,
@@ -171,6 +172,7 @@ async def _score_steps(
     limits: ResolvedLimits,
     settings: ChalkSettings,
     archive_file: Path | None,
+    folder_on_first_script: bool,
 ) -> tuple[list[Scoring], dict[str, float]]:
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -180,7 +182,7 @@ async def _score_steps(
     submission_dir = folder / "submission"
     try:
         files = []
-        if job_dir is not None and not _folder_on_first_script(job, archive_file):
+        if job_dir is not None and not folder_on_first_script:
             files = await asyncio.to_thread(_collect, job, job_dir, limits, archive_file)
     except StudentMisbehaviorError as exc:
         timings["collect"] = time.perf_counter() - started
@@ -236,11 +238,15 @@ async def score_job_async(
     timings: dict[str, float] = {}
     status, error = JobStatus.SUCCEEDED, None
     needs_folder = archive_file is not None or _needs_folder(job)
-    # Made by _collect, in a thread: the file system may keep a mkdir waiting.
-    job_dir = job_dir_name(settings) if needs_folder else None
+    on_first_script = needs_folder and _folder_on_first_script(job, archive_file)
+    # Made by _collect, in a thread (the file system may keep a mkdir waiting), or by
+    # the job's first script, in memory.
+    job_dir = job_dir_name(settings, in_memory=on_first_script) if needs_folder else None
     try:
         limits = settings.resolve(job.limits)
-        steps, timings = await _score_steps(job, job_dir, limits, settings, archive_file)
+        steps, timings = await _score_steps(
+            job, job_dir, limits, settings, archive_file, on_first_script
+        )
     except JudgeError as exc:
         status, error = JobStatus.FAILED, str(exc)
     except Exception as exc:
@@ -324,4 +330,5 @@ def score_job(job: ScoringJob, *, settings: ChalkSettings | None = None) -> JobR
     """
     result = wait_for(start_in_process(score_job_async(job, settings=settings)))
     cleanup.drain()  # no job folder is left when it returns
+    release_idle_areas()
     return result

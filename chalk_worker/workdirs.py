@@ -8,6 +8,7 @@ machine removes folders whose owner no longer runs.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import logging
@@ -32,13 +33,101 @@ def make_job_dir(settings: ChalkSettings) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=settings.work_dir))
 
 
-def job_dir_name(settings: ChalkSettings) -> Path:
+def work_root(settings: ChalkSettings) -> Path:
+    """The folder that holds every job's folder (and this process's in-memory area)."""
+    return Path(settings.work_dir or tempfile.gettempdir())
+
+
+def job_dir_name(settings: ChalkSettings, in_memory: bool = False) -> Path:
     """The path of a new job folder (not made yet: ``mkdir(mode=0o700)`` it where it suits).
 
     Named as ``make_job_dir`` names them, with 64 random bits: the sweep finds it.
+    ``in_memory``: for a job with nothing to unpack, in this process's in-memory
+    area where it has one (``_memory_area``).
     """
-    root = settings.work_dir or tempfile.gettempdir()
-    return Path(root) / f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+    root = work_root(settings)
+    if in_memory:
+        with _areas_lock:
+            area = _memory_area(root)
+            if area is not None:
+                _area_jobs[area] += 1  # until remove_job_folder
+                return area / os.urandom(8).hex()
+    return root / f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+
+
+_areas: dict[tuple[int, Path], Path | None] = {}
+_area_jobs: collections.Counter[Path] = collections.Counter()
+"""Jobs whose folder is in each area, from ``job_dir_name`` to ``remove_job_folder``."""
+_areas_lock = threading.Lock()
+
+
+def _memory_area(root: Path) -> Path | None:
+    """This process's folder for the folders of jobs with nothing to unpack, or ``None``.
+
+    A small tmpfs in ``root`` (where this process may mount one), made on first
+    use: such a folder only ever holds an empty ``submission/`` and its scripts'
+    scratch mount points, and a ``mkdir`` there costs nothing, where on a busy
+    ext4 it waits for the journal (0.1-0.2 ms here) and then its removal again.
+    Named like a job folder of this process: if the process dies, the next
+    worker's sweep unmounts and removes it; ``release_idle_areas`` and the
+    process's exit remove it. Call with ``_areas_lock`` held.
+    """
+    key = (os.getpid(), root)
+    if key not in _areas:
+        _areas[key] = _make_area(root)
+    return _areas[key]
+
+
+def _make_area(root: Path) -> Path | None:
+    area = root / f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+    try:
+        area.mkdir(mode=0o711)
+    except OSError:
+        return None
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    try:
+        syscalls.mount("chalk", str(area), "tmpfs", flags, "size=1m,mode=0711")
+    except OSError:  # not root, or no mounts here: job folders on disk
+        area.rmdir()
+        return None
+    return area
+
+
+def _remove_areas_at_exit() -> None:
+    """This process's areas go with it (a forked child's exit leaves its parent's)."""
+    if not any(area and key[0] == os.getpid() for key, area in _areas.items()):
+        return
+    from chalk_worker import cleanup
+
+    cleanup.drain()  # their job folders' scratch spaces are unmounted first
+    with _areas_lock:
+        for key, area in list(_areas.items()):
+            if area is not None and key[0] == os.getpid():
+                del _areas[key]
+                _unmount_area(area)
+
+
+atexit.register(_remove_areas_at_exit)
+
+
+def _unmount_area(area: Path) -> None:
+    with contextlib.suppress(OSError):
+        syscalls.detach(str(area))
+    shutil.rmtree(area, ignore_errors=True)
+
+
+def release_idle_areas() -> None:
+    """Remove this process's in-memory areas that hold no job's folder now.
+
+    For ``score_job`` and ``score_jobs``, whose callers expect no folder left in
+    the work folder when they return (call after the cleaner drained); the next
+    job makes its area again. A worker keeps its area while it lives.
+    """
+    with _areas_lock:
+        for key, area in list(_areas.items()):
+            if area is not None and key[0] == os.getpid() and not _area_jobs[area]:
+                del _areas[key]
+                _unmount_area(area)
 
 
 def _alive(pid: int) -> bool:
@@ -93,11 +182,13 @@ def make_job_folder(job_dir: Path, in_memory: bool = False, size_bytes: int = 1 
 
     Called by a scoring script's thread for a job with nothing to unpack. Such
     a folder only ever holds mount points (its scripts' scratch spaces) and an
-    empty ``submission/``: with ``in_memory`` it is a tmpfs of ``size_bytes``
-    where this process may mount one. A ``mkdir`` on a busy ext4 waits for its
-    journal (0.1-0.2 ms each here); in memory the folders inside cost nothing.
-    ``remove_job_folder`` unmounts it. Raises ``JobEnded`` for a job already
-    handed to the cleaner (a cancelled job whose script's thread started late).
+    empty ``submission/``: in this process's in-memory area where it has one
+    (``job_dir_name``); else, with ``in_memory``, a tmpfs of ``size_bytes`` of
+    its own where this process may mount one. A ``mkdir`` on a busy ext4 waits
+    for its journal (0.1-0.2 ms each here); in memory the folders inside cost
+    nothing. ``remove_job_folder`` unmounts it. Raises ``JobEnded`` for a job
+    already handed to the cleaner (a cancelled job whose script's thread
+    started late).
     """
     global _in_memory_folders
     with _retired_lock:
@@ -107,7 +198,7 @@ def make_job_folder(job_dir: Path, in_memory: bool = False, size_bytes: int = 1 
             job_dir.mkdir(mode=0o700)
         except FileExistsError:
             return
-    if in_memory and _in_memory_folders:
+    if in_memory and _in_memory_folders and not job_dir.parent.name.startswith(PREFIX):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
         options = f"size={max(size_bytes, 1 << 20)},mode=0700"
         try:
@@ -131,3 +222,6 @@ def remove_job_folder(job_dir: Path) -> None:
         with contextlib.suppress(OSError):
             syscalls.detach(str(job_dir))
     shutil.rmtree(job_dir, ignore_errors=True)
+    with _areas_lock:
+        if _area_jobs[job_dir.parent] > 0:
+            _area_jobs[job_dir.parent] -= 1

@@ -23,7 +23,7 @@ from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import parse_python_command
-from chalk_worker.workdirs import make_job_folder
+from chalk_worker.workdirs import make_job_folder, work_root
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox.session import SandboxSession
@@ -58,6 +58,16 @@ def _fill(word: str, context: JudgeContext) -> str:
     )
 
 
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``, to its end."""
+    chunks = []
+    left = limit
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
     """The script's JSON object, or ``None`` and why not. Never follows links or FIFOs."""
     try:
@@ -66,13 +76,15 @@ def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"the script did not write its output file {path.name}"
     except OSError as exc:
         return None, f"the output file {path.name} could not be opened: {exc.strerror}"
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None, f"the output file {path.name} is not a regular file"
         if info.st_size > MAX_OUTPUT_FILE_BYTES:
             return None, f"the output file is {info.st_size} bytes, over {MAX_OUTPUT_FILE_BYTES}"
-        raw = handle.read(MAX_OUTPUT_FILE_BYTES + 1)
+        raw = _read_up_to(fd, MAX_OUTPUT_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -206,8 +218,9 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
     # Made here when the job had nothing to unpack: in memory where scratch spaces are
     # (a scratch space not mounted would land in it), as large as one may be.
     make_job_folder(context.job_dir, sandbox.can_mount, limits.file_size_bytes)
-    work_root = context.job_dir.parent
-    with sandbox.session(context.job_dir, limits.file_size_bytes, work_root) as session:
+    with sandbox.session(
+        context.job_dir, limits.file_size_bytes, work_root(context.settings)
+    ) as session:
         output = session.output_dir / PurePosixPath(judge.command[-1]).name
         argv = [_fill(word, context) for word in judge.command[:-1]] + [str(output)]
         cwd = Path(_fill(judge.cwd, context)) if judge.cwd else session.home

@@ -195,6 +195,7 @@ class SlotCgroups:
         self._fds: list[int] = []
         self._warned: set[Path] = set()
         self._ensured = False
+        self._no_memsw = False
 
     def prepare(self, memory_bytes: int, processes: int) -> None:
         """Make sure the slot's groups exist and set their limits (call while holding the slot).
@@ -236,14 +237,23 @@ class SlotCgroups:
                 with contextlib.suppress(OSError):
                     _write(memory / "memory.swap.max", "0")
             else:
-                with contextlib.suppress(OSError):
-                    _write(memory / "memory.memsw.limit_in_bytes", "-1")
+                self._write_memsw(memory, "-1")
                 _write(memory / "memory.limit_in_bytes", str(memory_bytes))
-                with contextlib.suppress(OSError):
-                    _write(memory / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                self._write_memsw(memory, str(memory_bytes))
         pids = self._folder(self.support.pids)
         if pids is not None:
             _write(pids / "pids.max", str(processes))
+
+    def _write_memsw(self, memory: Path, value: str) -> None:
+        """The memory-and-swap cap of cgroup v1, where the kernel accounts swap."""
+        if self._no_memsw:
+            return
+        try:
+            _write(memory / "memory.memsw.limit_in_bytes", value)
+        except FileNotFoundError:  # no swap accounting: not looked for again
+            self._no_memsw = True
+        except OSError:
+            pass
 
     def open_for_join(self) -> list[int]:
         """File descriptors of each ``cgroup.procs``, to write the child's pid into after fork."""

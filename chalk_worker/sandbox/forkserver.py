@@ -10,7 +10,8 @@ run at a time and never runs job code itself:
 - ahead of each run, the server forks a **spare** process, which takes new mount
   and IPC namespaces and builds most of a fresh root there (the server's view,
   a ``/proc`` that lists only the run's own processes, a private ``/tmp``:
-  ``runroot``);
+  ``runroot``), and hands the worker the spare's end of a socket: the worker
+  sends the run there itself, so that the server need not wake to pass it on;
 - when a run comes, the spare gets the request and becomes the **program**: it
   joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
   scratch and named paths (handed over as detached mounts) to its root, chroots
@@ -36,13 +37,17 @@ file the server never reads).
 Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
 
 1. worker: the configuration (JSON: the run view, modules to import);
-   server: ``{"ready": true, "warm": ..., "note": ...}``.
-2. per run, worker: ``run`` with descriptors: the request (a memory file), the
-   stdout and stderr pipes, each cgroup's ``cgroup.procs``, each detached mount;
-   server, once the program has ended: ``{"start": ..., "end": ...}``, how it
-   started (``""`` when the program ran, ``cold: why``, ``exec: errno``,
-   ``setup: what failed``) and its wait status as text (empty when the init
-   was killed).
+   server: ``{"ready": true, "warm": ..., "note": ...}``, then ``{"spare": true}``
+   with the next spare's socket.
+2. per run, worker, on that spare's socket (then closed): ``run`` with
+   descriptors: the request (a memory file), the stdout and stderr pipes, each
+   cgroup's ``cgroup.procs``, each detached mount; server, once the program has
+   ended: ``{"start": ..., "end": ...}``, how it started (``""`` when the
+   program ran, ``cold: why``, ``exec: errno``, ``setup: what failed``) and its
+   wait status as text; then ``{"spare": true}`` with the next spare's socket.
+
+A spare whose socket closes without a run (the worker stops the server, or is
+gone) says so (``unused``), and the server ends.
 
 Standard library only, started as a script: ``python forkserver.py FD``. The
 modules of this folder it uses (``syscalls``, ``runroot``, ``pycommand``,
@@ -69,6 +74,8 @@ from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 MAX_FDS = 64
 """Descriptors one run request may carry."""
+UNUSED = b"unused"
+"""What a spare says when its socket closed without a run."""
 
 
 def _sibling(name: str, **given: Any) -> Any:
@@ -172,8 +179,8 @@ def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
 class _Spare:
     """A process forked for the next run ahead of it, its namespaces and root mostly made.
 
-    It waits for the request on ``hand``; what it says of the run's start comes
-    back on ``started``.
+    It waits for the request on the other end of ``hand`` (the worker's, once
+    handed over); what it says of the run's start comes back on ``started``.
     """
 
     def __init__(self, pid: int, hand: socket.socket, started: int) -> None:
@@ -194,11 +201,11 @@ def _make_spare(
     (its mounts come down there, at the spare's low priority, not on the way out
     of the run's last process).
 
-    The spare's set-up runs at the lowest priority where the server can raise it
-    again (``_priorities``): it gives way to whatever else this machine runs, the
-    end of the run just reported first of all, and the spare gets its normal
-    priority back with its request. (The fork itself stays at the server's: a
-    request may come at once.)
+    The spare's set-up runs at the lowest priority where it can raise it again
+    (``_priorities``): it gives way to whatever else this machine runs, the end
+    of the run just reported first of all, and the spare takes its normal
+    priority back once set up, before it waits for its request. (The fork itself
+    stays at the server's: a request may come at once.)
     """
     hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     started_r, started_w = os.pipe2(os.O_CLOEXEC)
@@ -221,14 +228,14 @@ def _make_spare(
 
 
 _priorities: tuple[int, int] | None = None
-"""The server's own priority (nice value) and its spares' while they wait, where it can
-raise a spare's again; ``None`` where it cannot."""
+"""The server's own priority (nice value) and its spares' while they set up, where a
+spare can raise its own again; ``None`` where it cannot."""
 
 
 def _set_priorities() -> None:
-    """Spares wait at a low priority only where the server holds ``CAP_SYS_NICE`` in the
-    machine's own user namespace (in another one the capability does not let it raise
-    a priority again)."""
+    """Spares set up at a low priority only where the server holds ``CAP_SYS_NICE`` in
+    the machine's own user namespace (in another one the capability does not let a
+    spare raise its priority again)."""
     global _priorities
     try:
         with open("/proc/self/uid_map") as mapping:
@@ -259,13 +266,19 @@ def _wait_as_spare(
         problem = f"setup: {type(exc).__name__}: {exc}"
     if not problem:
         _prefault_request_path()
+    if _priorities:  # built: it waits, and then runs, at the server's priority
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, _priorities[0])
     try:
         data, fds = _receive(hand)
     except BaseException:
-        os._exit(1)
+        data, fds = b"", []
     hand.close()
     if not data:
-        os._exit(0)  # the server is gone, or it replaces this spare
+        os.write(started, UNUSED)  # the worker closed this spare's socket, or is gone
+        os._exit(0)
+    if data != b"run" or not fds:
+        problem = "setup: malformed request"
     if problem:
         os.write(started, problem.encode())
         os._exit(127)
@@ -425,49 +438,44 @@ def _kill_leftovers() -> None:
             return
 
 
-def _serve_one(sock: socket.socket, fds: list[int], spare: _Spare) -> list[int]:
-    """Hand one run to ``spare`` and report its end (``spare`` is used up).
-
-    Returns the run's mount namespace (a descriptor; none if the spare could not
-    make one), for the next spare to let go of (``_lend_namespace``).
-    """
-    if _priorities:  # the spare was made at a low priority: the run gets the server's
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, spare.pid, _priorities[0])
+def _offer(sock: socket.socket, spare: _Spare) -> list[int]:
+    """Hand the worker ``spare``'s socket (it sends the next run there itself); the
+    spare's mount namespace (``_lend_namespace``), to hold past the run."""
     namespace: list[int] = []
     try:
         with contextlib.suppress(OSError):  # none from a spare that failed: its run says why
             namespace = _receive(spare.hand)[1]
-        spare.hand.sendmsg(
-            [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-        )
+        _send(sock, {"spare": True}, [spare.hand.fileno()])
     except BaseException:
         for fd in namespace:
             os.close(fd)
-        namespace = []
         raise
     finally:
-        spare.hand.close()
-        for fd in fds:
-            os.close(fd)
+        spare.hand.close()  # the spare sees its socket close once the worker's copy closes
+    return namespace
+
+
+def _follow_run(spare: _Spare) -> dict[str, str] | None:
+    """The report of the run ``spare`` became, once it has ended and nothing of it is
+    left; ``None`` when its socket closed without a run (``spare`` is used up either way)."""
     start, status = "setup: the run's start was not reported", 0
     try:
-        # One message, or the end of the pipe when the spare became a warm program (it
-        # closes the pipe) or died before saying anything.
         said = os.read(spare.started, 65536)
+        if said == UNUSED:
+            _reap_until(spare.pid)
+            return None
         program = said.removeprefix(b"spawned: ")
         if program != said and program.isdigit():  # a cold run: wait for the command
-            os.close(spare.started)
             status = _reap_until(int(program))
             start = ""
         else:
             status = _reap_until(spare.pid)
-            # The spare has ended: all it said of the start is in the pipe.
             start = (said + _read_all(spare.started)).decode(errors="replace")
     finally:
+        with contextlib.suppress(OSError):  # closed already by _read_all
+            os.close(spare.started)
         _kill_leftovers()  # whatever happened, nothing of the run outlives its report
-        _send(sock, {"start": start, "end": str(status)})
-    return namespace
+    return {"start": start, "end": str(status)}
 
 
 def _harden() -> None:
@@ -514,25 +522,14 @@ def serve(fd: int) -> None:
     _send(sock, {"ready": True, "warm": warm is not None, "note": note})
     while True:
         try:
-            data, fds = _receive(sock)
-        except (ConnectionError, OSError):
+            namespace = _offer(sock, spare)
+            report = _follow_run(spare)
+            if report is None:
+                return  # the worker closed the spare's socket: it stops this server, or is gone
+            _send(sock, report)
+            spare = _make_spare(sock, plan, warm, namespace)  # while the worker reads the report
+        except OSError:  # the worker's socket is closed, or no process can be made
             return
-        if not data:
-            return  # the worker is gone
-        if data != b"run" or not fds:
-            for extra in fds:
-                os.close(extra)
-            _send(sock, {"start": "setup: malformed request"})
-            continue
-        held: list[int] = []
-        try:
-            held = _serve_one(sock, fds, spare)
-        except (BrokenPipeError, ConnectionError):
-            return
-        except Exception as exc:  # the server itself must go on
-            print(f"fork server: a run could not be served: {exc!r}", file=sys.stderr, flush=True)
-        # For the next run, while the worker reads this one's report.
-        spare = _make_spare(sock, plan, warm, held)
 
 
 if __name__ == "__main__":

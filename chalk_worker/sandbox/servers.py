@@ -88,6 +88,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         self.sock = ours
+        self._spare: socket.socket | None = None
+        """The socket of the process the server prepared for the next run, once received."""
         argv = render_bwrap(config.bwrap, config.server_view, chdir=Path("/"))
         argv += [sys.executable, str(SERVER_SCRIPT), str(theirs.fileno())]
         try:
@@ -155,21 +157,36 @@ class ForkServer:
             raise ForkServerLost("the fork server exited")
         return json.loads(data), list(fds)
 
+    def _take_spare(self) -> socket.socket:
+        """The socket of the server's spare process, which the next run is sent to."""
+        if self._spare is None:
+            message, fds = self._receive(REPLY_TIMEOUT_S)
+            if message.get("spare") is not True or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise ForkServerLost(f"the fork server sent {message} where a spare was due")
+            self._spare = socket.socket(fileno=fds[0])
+        spare, self._spare = self._spare, None
+        return spare
+
     def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> None:
-        """Send one run: the request and its descriptors.
+        """Send one run, straight to the server's spare process: the request and its descriptors.
 
         The descriptors are the stdout and stderr pipes' write ends, the cgroup
-        files, then the detached mounts, in the request's order.
+        files, then the detached mounts, in the request's order. The server
+        reports the run's end on its own socket.
         """
+        spare = self._take_spare()
         body = os.memfd_create("chalk-run", os.MFD_CLOEXEC)
         try:
             os.write(body, _json(request))
             ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [body, *fds]))]
-            self.sock.sendmsg([b"run"], ancillary)
+            spare.sendmsg([b"run"], ancillary)
         except OSError as exc:
             raise ForkServerLost(f"could not send the run to the fork server: {exc}") from exc
         finally:
             os.close(body)
+            spare.close()
 
     def finished(self) -> ServerReply:
         """The server's report of a run (call once its socket is readable)."""
@@ -185,9 +202,11 @@ class ForkServer:
         return self.sock.fileno()
 
     def close(self) -> None:
-        """Stop the server (closing its socket ends it), or kill it if it does not stop."""
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        """Stop the server (closing its sockets ends it), or kill it if it does not stop."""
+        for sock in (self.sock, self._spare):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
         try:
             self.process.wait(2)
         except subprocess.TimeoutExpired:

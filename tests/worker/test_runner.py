@@ -132,10 +132,15 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     dead.wait()
     stale = tmp_path / f"chalk-job-{dead.pid}-abc"
     stale.mkdir()
-    # A folder of a job without files is a tmpfs of its own, where the worker may mount.
+    # A worker's in-memory area is a tmpfs (where it may mount), holding job folders
+    # and their scripts' scratch spaces, each a tmpfs too.
     mount = ["mount", "-t", "tmpfs", "chalk", str(stale)]
     mounted = subprocess.run(mount, capture_output=True).returncode == 0
-    (stale / "submission").mkdir(parents=True)
+    scratch = stale / "0123abcd" / "judge-x"
+    scratch.mkdir(parents=True)
+    (stale / "0123abcd" / "submission").mkdir()
+    if mounted:
+        subprocess.run(["mount", "-t", "tmpfs", "chalk", str(scratch)], check=True)
     alive = tmp_path / f"chalk-job-{os.getpid()}-xyz"
     alive.mkdir()
     other = tmp_path / "not-ours"
@@ -143,7 +148,7 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     assert sweep_stale_job_dirs(ChalkSettings(work_dir=str(tmp_path))) == 1
     assert not stale.exists() and alive.exists() and other.exists()
     if mounted:
-        assert str(stale) not in Path("/proc/self/mounts").read_text()
+        assert str(stale) not in Path("/proc/self/mounts").read_text()  # nor the scratch space
 
 
 @register_judge("test_look_around")
