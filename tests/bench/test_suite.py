@@ -54,3 +54,31 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "codegen",
     ):
         assert name in stdout, stdout
+
+
+def test_sandbox_stages_split_each_run_at_its_command_s_events():
+    from bench.sandbox_stages import _events, report
+
+    # A cold job from t=0 to t=30 ms and a bare spawn from 30 to 52 ms (perf's
+    # seconds, CLOCK_MONOTONIC), each with its command's exec, exit and zombie switch.
+    trace = "\n".join(
+        [
+            "     0.002000: sched:sched_process_exec: filename=/v/bin/python pid=11 old_pid=11",
+            "     0.024000: sched:sched_process_exit: comm=python pid=11 prio=120",
+            "     0.025000:   sched:sched_switch: prev_comm=python prev_pid=11 prev_prio=120"
+            " prev_state=Z ==> next_comm=swapper/0 next_pid=0 next_prio=120",
+            "     0.030500: sched:sched_process_exec: filename=/v/bin/python pid=12 old_pid=12",
+            "     0.051000: sched:sched_process_exit: comm=python pid=12 prio=120",
+            "     0.051500:   sched:sched_switch: prev_comm=python prev_pid=12 prev_prio=120"
+            " prev_state=Z ==> next_comm=swapper/1 next_pid=0 next_prio=120",
+            "     0.040000: sched:sched_process_exec: filename=/usr/bin/true pid=13 old_pid=13",
+        ]
+    )
+    text = report([[0, 30_000_000, 52_000_000]], _events(trace))
+    assert "1 runs" in text
+    rows = {line[:26].strip(): line.split()[-2:] for line in text.splitlines()[1:5]}
+    assert rows["start -> exec"] == ["2.000", "0.500"]
+    assert rows["life"] == ["22.000", "20.500"]
+    assert rows["exit -> zombie"] == ["1.000", "0.500"]
+    assert rows["zombie -> result"] == ["5.000", "0.500"]
+    assert text.rstrip().endswith("6.500")  # (2 + 1 + 5) - (0.5 + 0.5 + 0.5)
