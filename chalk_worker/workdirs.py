@@ -78,6 +78,12 @@ def _memory_area(root: Path) -> Path | None:
     return _areas[key]
 
 
+def in_memory_area(folder: Path) -> bool:
+    """Whether ``folder`` is a job's folder in this process's in-memory area."""
+    with _areas_lock:
+        return any(area == folder.parent for area in _areas.values())
+
+
 def _make_area(root: Path) -> Path | None:
     area = root / f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
     try:
@@ -198,7 +204,7 @@ def make_job_folder(job_dir: Path, in_memory: bool = False, size_bytes: int = 1 
             job_dir.mkdir(mode=0o700)
         except FileExistsError:
             return
-    if in_memory and _in_memory_folders and not job_dir.parent.name.startswith(PREFIX):
+    if in_memory and _in_memory_folders and not in_memory_area(job_dir):
         flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
         options = f"size={max(size_bytes, 1 << 20)},mode=0700"
         try:

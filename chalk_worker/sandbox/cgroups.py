@@ -250,8 +250,8 @@ class SlotCgroups:
             return
         try:
             _write(memory / "memory.memsw.limit_in_bytes", value)
-        except FileNotFoundError:  # no swap accounting: not looked for again
-            self._no_memsw = True
+        except FileNotFoundError:  # no swap accounting (where the group is): not looked for again
+            self._no_memsw = memory.is_dir()
         except OSError:
             pass
 

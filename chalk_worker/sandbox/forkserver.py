@@ -3,7 +3,7 @@
 The worker starts it under bubblewrap (own PID, network, IPC, UTS and mount
 namespaces; only the allowlisted paths), as root with just the capabilities it
 needs (``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``, ``CAP_SYS_CHROOT``,
-``CAP_KILL``, ``CAP_SYS_NICE``, ``CAP_SYS_RESOURCE``; ``_harden``), not dumpable, with
+``CAP_KILL``, ``CAP_SYS_RESOURCE``; ``_harden``), not dumpable, with
 ``no_new_privs``. It imports the modules scripts commonly use, then serves one
 run at a time and never runs job code itself:
 
@@ -197,29 +197,20 @@ def _make_spare(
 ) -> _Spare:
     """Fork the process of the next run (done between runs: off their path).
 
-    ``drop``: the last run's mount namespace, which the spare lets go of first
-    (its mounts come down there, at the spare's low priority, not on the way out
-    of the run's last process).
-
-    The spare's set-up runs at the lowest priority where it can raise it again
-    (``_priorities``): it gives way to whatever else this machine runs, the end
-    of the run just reported first of all, and the spare takes its normal
-    priority back once set up, before it waits for its request. (The fork itself
-    stays at the server's: a request may come at once.)
+    ``drop``: the last run's mount namespace, which the spare lets go of once it
+    has lent its own (its mounts come down there, not on the way out of the
+    run's last process, nor before the worker has the spare's socket). The spare
+    sets up at the server's priority: the worker may send it a run at once, and
+    the run's clock is running.
     """
     hand, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     started_r, started_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
-        if _priorities:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, 0, _priorities[1])
         server.close()  # this process's copy: the worker's socket is not the run's business
         hand.close()
         os.close(started_r)
-        for fd in drop or ():
-            os.close(fd)
-        _wait_as_spare(theirs, started_w, plan, warm)
+        _wait_as_spare(theirs, started_w, plan, warm, drop or [])
     for fd in drop or ():
         os.close(fd)
     theirs.close()
@@ -227,28 +218,12 @@ def _make_spare(
     return _Spare(pid, hand, started_r)
 
 
-_priorities: tuple[int, int] | None = None
-"""The server's own priority (nice value) and its spares' while they set up, where a
-spare can raise its own again; ``None`` where it cannot."""
-
-
-def _set_priorities() -> None:
-    """Spares set up at a low priority only where the server holds ``CAP_SYS_NICE`` in
-    the machine's own user namespace (in another one the capability does not let a
-    spare raise its priority again)."""
-    global _priorities
-    try:
-        with open("/proc/self/uid_map") as mapping:
-            initial = mapping.read().split() == ["0", "0", "4294967295"]
-    except OSError:
-        initial = False
-    if initial and syscalls.has_capability(syscalls.CAP_SYS_NICE):
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        _priorities = (own, max(own, 19))
-
-
 def _wait_as_spare(
-    hand: socket.socket, started: int, plan: list["runroot.Step"], warm: "pymain.Interpreter | None"
+    hand: socket.socket,
+    started: int,
+    plan: list["runroot.Step"],
+    warm: "pymain.Interpreter | None",
+    drop: list[int],
 ) -> NoReturn:
     """A spare: make its namespaces and root, wait for its request, become the run."""
     gc.disable()  # nothing to collect before exec (a warm run turns it back on)
@@ -258,6 +233,8 @@ def _wait_as_spare(
     except BaseException as exc:
         problem = f"setup: {type(exc).__name__}: {exc}"
     _lend_namespace(hand, ok=not problem)
+    for fd in drop:  # the last run's namespace: its mounts come down now
+        os.close(fd)
     try:
         if not problem:
             os.umask(0o022)
@@ -266,9 +243,6 @@ def _wait_as_spare(
         problem = f"setup: {type(exc).__name__}: {exc}"
     if not problem:
         _prefault_request_path()
-    if _priorities:  # built: it waits, and then runs, at the server's priority
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, _priorities[0])
     try:
         data, fds = _receive(hand)
     except BaseException:
@@ -291,8 +265,8 @@ def _lend_namespace(hand: socket.socket, ok: bool) -> None:
     The last process of a mount namespace takes its mounts down on its way out
     (the run's root, ``/proc``, a ``/tmp`` tmpfs, then an RCU grace period):
     ~0.3 ms between a command's exit and its parent hearing of it. Held by the
-    server, the namespace outlives the run; the next spare lets it go, at its
-    low priority, before it builds its own root (``_make_spare``). Sent before
+    server, the namespace outlives the run; the next spare lets it go once it
+    has lent its own, before it builds its root (``_make_spare``). Sent before
     anything of a job is known; nothing from a job ever reaches ``hand``.
     """
     fds = []
@@ -487,7 +461,6 @@ def _harden() -> None:
             syscalls.CAP_SETUID,
             syscalls.CAP_SYS_CHROOT,
             syscalls.CAP_SYS_ADMIN,
-            syscalls.CAP_SYS_NICE,
             syscalls.CAP_SYS_RESOURCE,
         )
     )
@@ -501,7 +474,6 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     config = json.loads(sock.recv(1 << 20))
     _harden()
-    _set_priorities()
     plan = runroot.plan_root(config["view"])
     note = _preload(config["preload"]) if config["warm"] else ""
     if config["warm"]:

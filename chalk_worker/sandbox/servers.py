@@ -182,7 +182,7 @@ class ForkServer:
             os.write(body, _json(request))
             ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [body, *fds]))]
             spare.sendmsg([b"run"], ancillary)
-        except OSError as exc:
+        except Exception as exc:  # the spare is told nothing: the server ends, not reused
             raise ForkServerLost(f"could not send the run to the fork server: {exc}") from exc
         finally:
             os.close(body)

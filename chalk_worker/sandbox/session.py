@@ -41,6 +41,7 @@ from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
 from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
 from chalk_worker.sandbox.slots import Slot, SlotPool
+from chalk_worker.workdirs import PREFIX, in_memory_area
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +306,13 @@ class Sandbox:
         with contextlib.ExitStack() as stack:
             slot = stack.enter_context(self.pool.claim()) if self.pool else None
             mounted = self._mount_scratch(scratch, scratch_bytes)
+            if not mounted and in_memory_area(parent):
+                # Not in the small folder every such job of this process shares: a script
+                # could fill it for the others. A folder of its own, swept like a job's.
+                scratch.rmdir()
+                scratch = Path(
+                    tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=work_root or parent)
+                )
             try:
                 session = SandboxSession(self, scratch, slot, work_root)
                 for folder in (session.home, session.output_dir):

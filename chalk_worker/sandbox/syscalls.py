@@ -57,7 +57,6 @@ CAP_SETGID = 6
 CAP_SETUID = 7
 CAP_SYS_CHROOT = 18
 CAP_SYS_ADMIN = 21
-CAP_SYS_NICE = 23
 CAP_SYS_RESOURCE = 24
 
 KEYCTL_CLEAR = 7
@@ -179,11 +178,6 @@ def _permitted() -> int:
             if line.startswith("CapPrm:"):
                 return int(line.split()[1], 16)
     return 0
-
-
-def has_capability(number: int) -> bool:
-    """Whether this process has the capability ``number`` (in its permitted set)."""
-    return bool(_permitted() >> number & 1)
 
 
 def keep_capabilities(keep: tuple[int, ...]) -> None:

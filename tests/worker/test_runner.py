@@ -194,6 +194,36 @@ def test_scripts_without_a_submission_see_an_empty_submission_folder(tmp_path, m
     assert os.listdir(work) == []  # both folders removed
 
 
+def test_a_scratch_space_not_mounted_is_not_in_the_shared_in_memory_folder(
+    tmp_path, monkeypatch, script
+):
+    # Jobs with nothing to unpack share one small tmpfs per process for their folders.
+    # Where a script's scratch space cannot be mounted, its files would land there,
+    # where a script could fill it for the other jobs: it goes in a folder of its own.
+    from chalk_worker import workdirs
+    from chalk_worker.sandbox.session import Sandbox
+
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    monkeypatch.setenv("CHALK_WORK_DIR", str(work))
+    where = script(
+        "import json, os, sys\n"
+        "json.dump({'score': 1, 'metadata': {'home': os.environ['HOME'], 'sub': sys.argv[1]}},"
+        " open(sys.argv[-1], 'w'))"
+    )
+    command = ["{python}", where, "{submission_dir}", "out.json"]
+    monkeypatch.setattr(Sandbox, "_mount_scratch", lambda self, scratch, size: False)
+    result = score_job(ScoringJob(judge=ExecutableJudge(command)))
+    assert result.status is JobStatus.SUCCEEDED and result.score == 1.0, result
+    job_folder = Path(result.scoring.metadata["sub"]).parent
+    home = Path(result.scoring.metadata["home"])
+    if job_folder.parent != work:  # the job's folder was in this process's in-memory folder
+        assert job_folder.parent.parent == work
+        assert home.parent.parent == work and not home.is_relative_to(job_folder.parent), home
+    assert os.listdir(work) == []  # all of it removed
+    assert not workdirs.in_memory_area(job_folder)
+
+
 def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
     from chalk_worker.embedded import score_stream
     from chalk_worker.judges.executable import subprocess_slots
