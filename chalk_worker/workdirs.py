@@ -106,11 +106,7 @@ def _remove_areas_at_exit() -> None:
     from chalk_worker import cleanup
 
     cleanup.drain()  # their job folders' scratch spaces are unmounted first
-    with _areas_lock:
-        for key, area in list(_areas.items()):
-            if area is not None and key[0] == os.getpid():
-                del _areas[key]
-                _unmount_area(area)
+    _remove_areas(idle_only=False)
 
 
 atexit.register(_remove_areas_at_exit)
@@ -129,9 +125,15 @@ def release_idle_areas() -> None:
     the work folder when they return (call after the cleaner drained); the next
     job makes its area again. A worker keeps its area while it lives.
     """
+    _remove_areas(idle_only=True)
+
+
+def _remove_areas(idle_only: bool) -> None:
+    """Unmount and remove this process's areas (only those no job's folder is in)."""
     with _areas_lock:
         for key, area in list(_areas.items()):
-            if area is not None and key[0] == os.getpid() and not _area_jobs[area]:
+            busy = idle_only and area is not None and _area_jobs[area]
+            if area is not None and key[0] == os.getpid() and not busy:
                 del _areas[key]
                 _unmount_area(area)
 

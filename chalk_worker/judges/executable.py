@@ -215,8 +215,8 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
         output_bytes=context.limits.output_bytes,
     )
     sandbox = get_sandbox(context.settings)
-    # Made here when the job had nothing to unpack: in memory where scratch spaces are
-    # (a scratch space not mounted would land in it), as large as one may be.
+    # Made here when the job had nothing to unpack: in this process's in-memory folder,
+    # or as a tmpfs of its own where there is none and scratch spaces are mounted.
     make_job_folder(context.job_dir, sandbox.can_mount, limits.file_size_bytes)
     with sandbox.session(
         context.job_dir, limits.file_size_bytes, work_root(context.settings)

@@ -70,6 +70,7 @@ import os  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 MAX_FDS = 64
@@ -193,7 +194,7 @@ def _make_spare(
     server: socket.socket,
     plan: list["runroot.Step"],
     warm: "pymain.Interpreter | None",
-    drop: list[int] | None = None,
+    drop: Sequence[int] = (),
 ) -> _Spare:
     """Fork the process of the next run (done between runs: off their path).
 
@@ -210,8 +211,8 @@ def _make_spare(
         server.close()  # this process's copy: the worker's socket is not the run's business
         hand.close()
         os.close(started_r)
-        _wait_as_spare(theirs, started_w, plan, warm, drop or [])
-    for fd in drop or ():
+        _wait_as_spare(theirs, started_w, plan, warm, drop)
+    for fd in drop:
         os.close(fd)
     theirs.close()
     os.close(started_w)
@@ -223,7 +224,7 @@ def _wait_as_spare(
     started: int,
     plan: list["runroot.Step"],
     warm: "pymain.Interpreter | None",
-    drop: list[int],
+    drop: Sequence[int],
 ) -> NoReturn:
     """A spare: make its namespaces and root, wait for its request, become the run."""
     gc.disable()  # nothing to collect before exec (a warm run turns it back on)
