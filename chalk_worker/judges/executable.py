@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
+import queue
 import signal
 import stat
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
@@ -32,7 +35,7 @@ GRADER_ERROR = ZeroCause.GRADER_ERROR
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_T = TypeVar("_T")
 
 
 def subprocess_slots() -> int:
@@ -40,13 +43,74 @@ def subprocess_slots() -> int:
     return os.cpu_count() or 1
 
 
-def _executor() -> ThreadPoolExecutor:
-    # One pool per process, made after any fork (a pool's threads do not survive fork).
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        pool = ThreadPoolExecutor(subprocess_slots(), thread_name_prefix="chalk-sandbox")
-        _pool = (os.getpid(), pool)
-    return _pool[1]
+class ScriptThreads:
+    """The threads that run scoring scripts: at most ``size``, each call handed straight back.
+
+    ``loop.run_in_executor`` chains a ``concurrent.futures`` future to the loop's
+    (a condition, two callbacks, a second pass of the loop); here the thread
+    that ran the call puts its outcome on the loop itself, which saves about
+    0.09 ms between a script's end and its verdict. A call whose caller was
+    cancelled still runs to its end (its sandbox is cleaned up as always); its
+    outcome is dropped.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._calls: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    async def run(self, call: Callable[[], _T]) -> _T:
+        """``call()`` in one of the threads, awaited on the running loop."""
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                start = False
+            else:
+                start = self._threads < self._size
+                self._threads += start
+        self._calls.put((future, call))
+        if start:
+            name = f"chalk-sandbox_{self._threads - 1}"
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+        return await future
+
+    def _serve(self) -> None:
+        while True:
+            future, call = self._calls.get()
+            try:
+                outcome, error = call(), None
+            except BaseException as exc:  # handed to the caller, as run_in_executor does
+                outcome, error = None, exc
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                future.get_loop().call_soon_threadsafe(_settle, future, outcome, error)
+            del future, call, outcome, error
+            with self._lock:
+                self._idle += 1
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(outcome)
+
+
+_threads: tuple[int, ScriptThreads] | None = None
+
+
+def script_threads() -> ScriptThreads:
+    """This process's script threads, made after any fork (threads do not survive one)."""
+    global _threads
+    if _threads is None or _threads[0] != os.getpid():
+        _threads = (os.getpid(), ScriptThreads(subprocess_slots()))
+    return _threads[1]
 
 
 def _fill(word: str, context: JudgeContext) -> str:
@@ -287,5 +351,4 @@ async def evaluate_executable(judge: ExecutableJudge, context: JudgeContext) -> 
             context.waits.sandbox_runs += 1
         return _judge(judge, context)
 
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), run)
+    return await script_threads().run(run)

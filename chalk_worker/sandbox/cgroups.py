@@ -26,7 +26,7 @@ GROUP_NAME = "chalk"
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_RELATIME = 2, 4, 8, 32, 1 << 21
 
 
-def _write(path: Path, value: str) -> None:
+def _write(path: str | Path, value: str) -> None:
     # One call each, not a Python file object: a run makes a dozen of these.
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -35,7 +35,7 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
-def _read(path: Path) -> str:
+def _read(path: str | Path) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
@@ -46,7 +46,7 @@ def _read(path: Path) -> str:
     return b"".join(chunks).decode()
 
 
-def _read_counter(path: Path, key: str) -> int:
+def _read_counter(path: str | Path, key: str) -> int:
     try:
         for line in _read(path).splitlines():
             name, _, value = line.partition(" ")
@@ -192,6 +192,12 @@ class SlotCgroups:
         ]
         self.folders: list[Path] = []
         """The slot's groups that exist, as of the last ``ensure``."""
+        # The paths a run uses, as text, found once per ``ensure``: a run reads or
+        # writes a dozen files here, and path objects cost more than the calls.
+        self._texts: list[str] = []
+        self._memory: str | None = None
+        self._pids: str | None = None
+        self._kill: str | None = None
         self._fds: list[int] = []
         self._warned: set[Path] = set()
         self._ensured = False
@@ -205,7 +211,7 @@ class SlotCgroups:
         they are made again. Nobody removes them while the slot is held.
         """
         complete = len(self.folders) == len(self._wanted)  # else some could not be made: again
-        if not (self._ensured and complete and all(map(os.path.isdir, self.folders))):
+        if not (self._ensured and complete and all(map(os.path.isdir, self._texts))):
             self.ensure()
         self.set_limits(memory_bytes, processes)
 
@@ -222,43 +228,46 @@ class SlotCgroups:
                     self._warned.add(folder)
                     log.warning("could not create cgroup %s: %s", folder, exc)
         self.folders = present
+        self._texts = [str(folder) for folder in present]
+        self._memory = self._folder(self.support.memory)
+        self._pids = self._folder(self.support.pids)
+        self._kill = self._folder(self.support.kill)
 
-    def _folder(self, base: Path | None) -> Path | None:
+    def _folder(self, base: Path | None) -> str | None:
         if base is None:
             return None
-        return next((f for f in self.folders if f.parent == base), None)
+        return next((str(f) for f in self.folders if f.parent == base), None)
 
     def set_limits(self, memory_bytes: int, processes: int) -> None:
         """Cap the slot's memory (a hog is killed by the kernel) and its process count."""
-        memory = self._folder(self.support.memory)
+        memory = self._memory
         if memory is not None:
             if self.support.memory_v2:
-                _write(memory / "memory.max", str(memory_bytes))
+                _write(f"{memory}/memory.max", str(memory_bytes))
                 with contextlib.suppress(OSError):
-                    _write(memory / "memory.swap.max", "0")
+                    _write(f"{memory}/memory.swap.max", "0")
             else:
                 self._write_memsw(memory, "-1")
-                _write(memory / "memory.limit_in_bytes", str(memory_bytes))
+                _write(f"{memory}/memory.limit_in_bytes", str(memory_bytes))
                 self._write_memsw(memory, str(memory_bytes))
-        pids = self._folder(self.support.pids)
-        if pids is not None:
-            _write(pids / "pids.max", str(processes))
+        if self._pids is not None:
+            _write(f"{self._pids}/pids.max", str(processes))
 
-    def _write_memsw(self, memory: Path, value: str) -> None:
+    def _write_memsw(self, memory: str, value: str) -> None:
         """The memory-and-swap cap of cgroup v1, where the kernel accounts swap."""
         if self._no_memsw:
             return
         try:
-            _write(memory / "memory.memsw.limit_in_bytes", value)
+            _write(f"{memory}/memory.memsw.limit_in_bytes", value)
         except FileNotFoundError:  # no swap accounting (where the group is): not looked for again
-            self._no_memsw = memory.is_dir()
+            self._no_memsw = os.path.isdir(memory)
         except OSError:
             pass
 
     def open_for_join(self) -> list[int]:
         """File descriptors of each ``cgroup.procs``, to write the child's pid into after fork."""
         self._fds = [
-            os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for folder in self.folders
+            os.open(f"{folder}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for folder in self._texts
         ]
         return self._fds
 
@@ -270,20 +279,19 @@ class SlotCgroups:
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed for memory in this slot so far."""
-        memory = self._folder(self.support.memory)
+        memory = self._memory
         if memory is None:
             return 0
         if self.support.memory_v2:
-            return _read_counter(memory / "memory.events", "oom_kill")
-        return _read_counter(memory / "memory.oom_control", "oom_kill")
+            return _read_counter(f"{memory}/memory.events", "oom_kill")
+        return _read_counter(f"{memory}/memory.oom_control", "oom_kill")
 
     def kill_all(self) -> bool:
         """Kill every process in the slot at once; ``False`` when no kill switch exists here."""
-        kill = self._folder(self.support.kill)
-        if kill is None:
+        if self._kill is None:
             return False
         try:
-            _write(kill / "cgroup.kill", "1")
+            _write(f"{self._kill}/cgroup.kill", "1")
         except OSError:
             return False
         return True
@@ -294,7 +302,7 @@ class SlotCgroups:
 
         Groups found empty (a run whose every process has ended) are not sent a kill.
         """
-        if self._folder(self.support.kill) is None:
+        if self._kill is None:
             return False
         if not self.members():
             return True
@@ -303,9 +311,9 @@ class SlotCgroups:
     def members(self) -> set[int]:
         """Processes still in any of the slot's groups."""
         found: set[int] = set()
-        for folder in self.folders:
+        for folder in self._texts:
             with contextlib.suppress(OSError, ValueError):
-                found.update(int(pid) for pid in _read(folder / "cgroup.procs").split())
+                found.update(int(pid) for pid in _read(f"{folder}/cgroup.procs").split())
         return found
 
     def remove(self) -> None:
@@ -314,6 +322,8 @@ class SlotCgroups:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         self.folders = []
+        self._texts = []
+        self._memory = self._pids = self._kill = None
         self._ensured = False
 
     def wait_empty(self, timeout_s: float = 5.0) -> bool:
