@@ -120,6 +120,9 @@ def report(marks: list[list[int]], events: list[tuple[int, str, int]]) -> str:
         )
     over = [c[0] + c[2] + c[3] - (b[0] + b[2] + b[3]) for c, b in zip(cold, bare, strict=True)]
     lines.append(f"  all but the life, over the bare spawn's, paired {statistics.median(over):.3f}")
+    # The command's own life differs too: its environment, its cgroups, its mounts.
+    life = [c[1] - b[1] for c, b in zip(cold, bare, strict=True)]
+    lines.append(f"  the life, over the bare spawn's, paired       {statistics.median(life):.3f}")
     return "\n".join(lines)
 
 

@@ -419,3 +419,34 @@ def test_bubblewrap_shows_a_hidden_folder_empty_under_the_run_s_own_paths(tmp_pa
         ("dir", str(project / "work" / "chalk-job-1-a")),
         ("rw", str(scratch)),
     ]
+
+
+def test_scripts_import_the_workers_own_task_and_client_packages(score, script):
+    import chalk_client
+    import tasks
+
+    body = """
+import chalk_client, tasks
+write({"score": 1, "metadata": {"tasks": tasks.__path__[0], "client": chalk_client.__path__[0]}})
+"""
+    result = run_script(score, script, body)
+    assert result.score == 1.0, result
+    assert Path(result.scoring.metadata["tasks"]).resolve() == Path(tasks.__path__[0]).resolve()
+    client = Path(result.scoring.metadata["client"]).resolve()
+    assert client == Path(chalk_client.__path__[0]).resolve()
+
+
+def test_the_package_folders_go_on_pythonpath_unless_python_finds_the_same_ones(monkeypatch):
+    from chalk_worker.sandbox import bwrap
+
+    real = bwrap._package_dir
+    assert bwrap._imported_alike({name: real(name) for name in ("tasks", "chalk_client")})
+    # A worker run from a checkout while another copy is installed: the copy it runs goes first.
+    elsewhere = Path("/nonexistent/checkout/tasks")
+    assert not bwrap._imported_alike({"tasks": elsewhere, "chalk_client": real("chalk_client")})
+    monkeypatch.setattr(bwrap, "_package_dir", lambda name: elsewhere.parent / name)
+    bwrap.import_roots.cache_clear()
+    try:
+        assert bwrap.import_roots() == (str(elsewhere.parent),)
+    finally:
+        bwrap.import_roots.cache_clear()
