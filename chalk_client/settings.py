@@ -70,12 +70,16 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+_CONFIG = SettingsConfigDict(env_prefix="CHALK_", extra="ignore", allow_inf_nan=False)
+"""Every part's. Each setting is documented by the docstring under it, in this file (where
+editors show it); pydantic's ``use_attribute_docstrings`` would read them again from the
+source at every start (~20 ms of each ``chalk`` command and of ``import chalk_client``)."""
+
+
 class StoreSettings(BaseSettings):
     """Where the cluster is and how long it keeps things (``CHALK_REDIS_URL``, TTLs, leases)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     redis_url: str | None = None
     """The cluster's Redis; unset means the embedded, in-process queue."""
@@ -118,9 +122,7 @@ class StoreSettings(BaseSettings):
 class LLMSettings(BaseSettings):
     """The OpenAI-compatible server rubric judges ask, and how they ask it."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     rubric_model: str = "gpt-4o-mini"
     """The model a rubric judge asks when the judge names none."""
@@ -166,9 +168,7 @@ class LLMSettings(BaseSettings):
 class SandboxSettings(BaseSettings):
     """What scoring scripts may run and see, and the machine's sandbox slots."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     allowed_commands: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Command prefixes executable judges may run (comma-separated or a JSON list).
@@ -202,9 +202,7 @@ class SandboxSettings(BaseSettings):
 class LimitSettings(BaseSettings):
     """What one job may use: defaults, and the operator's maxima a job cannot pass."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     wall_s: float = 600.0
     """Wall-clock seconds an executable judge runs by default (10 minutes)."""
@@ -261,9 +259,7 @@ class LimitSettings(BaseSettings):
 class RunSettings(BaseSettings):
     """The rest of a worker's (or ``chalk score``'s) process: task modules, folders, regexes."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     task_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Extra modules to import for custom judges (comma-separated), besides ``tasks.*``."""
@@ -285,9 +281,7 @@ _Part = TypeVar("_Part", bound=BaseSettings)
 class ChalkSettings(StoreSettings, LLMSettings, SandboxSettings, LimitSettings, RunSettings):
     """Every setting, from ``CHALK_*`` environment variables: the parts above, together."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CHALK_", extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     def _part(self, kind: type[_Part]) -> _Part:
         values = {name: getattr(self, name) for name in kind.model_fields}
