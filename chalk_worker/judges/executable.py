@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import queue
@@ -31,6 +32,7 @@ from chalk_worker.workdirs import make_job_folder, work_root
 if TYPE_CHECKING:
     from chalk_worker.sandbox.session import SandboxSession
 
+log = logging.getLogger(__name__)
 GRADER_ERROR = ZeroCause.GRADER_ERROR
 MAX_OUTPUT_FILE_BYTES = 16 * 1024 * 1024
 """A score file larger than this is not read (scores are small JSON objects)."""
@@ -50,8 +52,8 @@ class ScriptThreads:
     (a condition, two callbacks, a second pass of the loop); here the thread
     that ran the call puts its outcome on the loop itself, which saves about
     0.09 ms between a script's end and its verdict. A call whose caller was
-    cancelled still runs to its end (its sandbox is cleaned up as always); its
-    outcome is dropped.
+    cancelled before a thread took it is skipped; one already running goes to
+    its end (its sandbox is cleaned up as always) and its outcome is dropped.
     """
 
     def __init__(self, size: int) -> None:
@@ -69,26 +71,44 @@ class ScriptThreads:
         with self._lock:
             if self._idle:
                 self._idle -= 1
-                start = False
+                number = None
+            elif self._threads < self._size:
+                number = self._threads
+                self._threads += 1
             else:
-                start = self._threads < self._size
-                self._threads += start
+                number = None  # every thread is busy: the call waits for the first free one
+        if number is not None:
+            self._start(number)
         self._calls.put((future, call))
-        if start:
-            name = f"chalk-sandbox_{self._threads - 1}"
-            threading.Thread(target=self._serve, name=name, daemon=True).start()
         return await future
+
+    def _start(self, number: int) -> None:
+        """Start thread ``number``; where none can start (the process is at its limit of
+        threads, say), the call waits for a running one, or fails if none runs."""
+        try:
+            thread = threading.Thread(
+                target=self._serve, name=f"chalk-sandbox_{number}", daemon=True
+            )
+            thread.start()
+        except RuntimeError:
+            with self._lock:
+                self._threads -= 1
+                if self._threads == 0:
+                    raise
+            log.warning("could not start a thread for scoring scripts: a running one takes it")
 
     def _serve(self) -> None:
         while True:
             future, call = self._calls.get()
-            try:
-                outcome, error = call(), None
-            except BaseException as exc:  # handed to the caller, as run_in_executor does
-                outcome, error = None, exc
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
-                future.get_loop().call_soon_threadsafe(_settle, future, outcome, error)
-            del future, call, outcome, error
+            if not future.cancelled():  # else its job ended while it waited: not run
+                try:
+                    outcome, error = call(), None
+                except BaseException as exc:  # handed to the caller, as run_in_executor does
+                    outcome, error = None, exc
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    future.get_loop().call_soon_threadsafe(_settle, future, outcome, error)
+                del outcome, error
+            del future, call
             with self._lock:
                 self._idle += 1
 
@@ -103,14 +123,16 @@ def _settle(future: asyncio.Future[Any], outcome: Any, error: BaseException | No
 
 
 _threads: tuple[int, ScriptThreads] | None = None
+_threads_lock = threading.Lock()
 
 
 def script_threads() -> ScriptThreads:
     """This process's script threads, made after any fork (threads do not survive one)."""
     global _threads
-    if _threads is None or _threads[0] != os.getpid():
-        _threads = (os.getpid(), ScriptThreads(subprocess_slots()))
-    return _threads[1]
+    with _threads_lock:
+        if _threads is None or _threads[0] != os.getpid():
+            _threads = (os.getpid(), ScriptThreads(subprocess_slots()))
+        return _threads[1]
 
 
 def _fill(word: str, context: JudgeContext) -> str:
@@ -318,8 +340,9 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 "make it readable and searchable by others (chmod o+rx)",
                 cause=GRADER_ERROR,
             )
-        env = script_env(session.home, isolated=sandbox.layers.bwrap is not None)
-        warm = judge.command[0] == "{python}" and context.settings.warm_python
+        own_python = judge.command[0] == "{python}"
+        env = script_env(session.home, sandbox.layers.bwrap is not None, own_python)
+        warm = own_python and context.settings.warm_python
         outcome = session.run(
             argv,
             cwd=cwd,

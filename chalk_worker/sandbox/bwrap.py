@@ -53,41 +53,68 @@ def python_paths() -> list[Path]:
 def import_roots() -> tuple[str, ...]:
     """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import.
 
-    None where this Python imports the very same packages without them
-    (installed, or installed in editable mode): each folder on ``PYTHONPATH``
-    costs every Python start in the sandbox a look there for each module it
-    imports (~0.6 ms here). Found once per process (the packages do not move):
-    every script's environment names them.
+    Found once per process (the packages do not move): every script's
+    environment names them, except where ``own_python_roots`` finds them unneeded.
     """
-    packages = {name: _package_dir(name) for name in ("tasks", "chalk_client")}
     roots: list[str] = []
-    for package in packages.values():
+    for name in ("tasks", "chalk_client"):
+        package = _package_dir(name)
         if package is not None and str(package.parent) not in roots:
             roots.append(str(package.parent))
-    if roots and _imported_alike(packages):
-        return ()
     return tuple(roots)
 
 
+@functools.cache
+def own_python_roots() -> tuple[str, ...]:
+    """``import_roots`` for a command that runs the worker's own Python (``{python}``)
+    in a worker started without ``PYTHONPATH``: none where that Python, started as
+    a script's is, finds the very same packages by itself (installed, or installed
+    in editable mode), at their real paths.
+
+    Each folder on ``PYTHONPATH`` costs every Python start a look there for each
+    module it imports (~0.6 ms of a cold script here). Any doubt keeps the
+    folders: a worker run from a checkout that another copy shadows, a package
+    reached through a link (the sandbox shows real paths only), a failed check.
+    Other commands (``python3``, a shell script) keep them: another interpreter
+    would not find the packages, or would find its own.
+    """
+    roots = import_roots()
+    packages = {name: _package_dir(name) for name in ("tasks", "chalk_client")}
+    return () if roots and _found_alike(packages) else roots
+
+
 _PROBE = (
-    "import importlib.util, json, os\n"
+    "import importlib.util, json\n"
     "found = {}\n"
     "for name in {names}:\n"
     "    spec = importlib.util.find_spec(name)\n"
     "    places = list(spec.submodule_search_locations or []) if spec else []\n"
-    "    found[name] = os.path.realpath(places[0]) if places else None\n"
+    "    found[name] = places[0] if places else None\n"
     "print(json.dumps(found))\n"
 )
 """Where a new interpreter finds each package, without running the packages' code."""
 
 
-def _imported_alike(packages: dict[str, Path | None]) -> bool:
-    """Whether a new interpreter of this Python, with no folder added, finds ``packages``
-    where this process found them (asked once, of a child outside the sandbox)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
-    if os.environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # scripts get it too, after ours
+def _found_alike(packages: dict[str, Path | None]) -> bool:
+    """Whether this Python, started with a script's environment but no ``PYTHONPATH``,
+    finds ``packages`` at exactly the (real) paths this process found them at."""
     names = [name for name, package in packages.items() if package is not None]
+    found = _found_by_new_python(names)
+    # As found, not resolved: a path through a link does not exist in the sandbox.
+    return bool(names) and all(found.get(name) == str(packages[name]) for name in names)
+
+
+def _found_by_new_python(names: list[str]) -> dict[str, str | None]:
+    """Where a child of this Python finds each package (``{}`` if it cannot say).
+
+    Run outside the sandbox, from ``/`` and with a ``HOME`` that does not exist
+    (a script's home has no user site-packages either).
+    """
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     try:
         answer = subprocess.run(
             [sys.executable, "-c", _PROBE.replace("{names}", repr(names))],
@@ -98,10 +125,10 @@ def _imported_alike(packages: dict[str, Path | None]) -> bool:
             timeout=60,
             check=True,
         )
-        found = json.loads(answer.stdout.decode().strip().splitlines()[-1])
+        found: dict[str, str | None] = json.loads(answer.stdout.decode().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return False  # the folders go on PYTHONPATH, as they always may
-    return all(found.get(name) == str(packages[name]) for name in names)
+        return {}  # the folders go on PYTHONPATH, as they always may
+    return found
 
 
 def _covered(path: Path, binds: Iterable[Path]) -> bool:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from chalk_worker.sandbox.bwrap import import_roots
+from chalk_worker.sandbox.bwrap import import_roots, own_python_roots
 
 
-def script_env(home: Path, isolated: bool) -> dict[str, str]:
+def script_env(home: Path, isolated: bool, own_python: bool = False) -> dict[str, str]:
     """A clean environment: nothing of the worker's secrets, just what a script needs.
 
     ``isolated``: the script has a private ``/tmp`` (bubblewrap), else its
-    ``TMPDIR`` is its home.
+    ``TMPDIR`` is its home. ``own_python``: the command runs the worker's own
+    Python (``{python}``), which may find ``tasks`` and ``chalk_client`` by itself.
     """
-    python_path = [*import_roots(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    given = os.environ.get("PYTHONPATH")
+    roots = own_python_roots() if own_python and not given else import_roots()
+    python_path = [*roots, *filter(None, [given])]
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LANG": "C.UTF-8",

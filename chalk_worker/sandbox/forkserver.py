@@ -340,7 +340,7 @@ def _become_program(
         argv: list[str] = request["argv"]
         if request["python"] is not None and warm is not None:
             command = pycommand.PythonCommand.from_json(request["python"])
-            refusal = _warm_refusal(command, warm)
+            refusal = _warm_refusal(command, warm, dict(request["env"]))
             if refusal:
                 os.write(started, f"cold: {refusal}".encode())
                 os._exit(0)
@@ -376,8 +376,12 @@ def _step_aside(program: int, started: int) -> NoReturn:
     os._exit(0)
 
 
-def _warm_refusal(command: "pycommand.PythonCommand", warm: "pymain.Interpreter") -> str:
+def _warm_refusal(
+    command: "pycommand.PythonCommand", warm: "pymain.Interpreter", env: dict[str, str]
+) -> str:
     """Why this command must run cold ("" when it can run warm); checked as the slot's user."""
+    if env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
+        return "its PYTHONPATH is not the one this server's Python started with"
     if command.kind == "script":
         source = pycommand.read_script(command.target)
         if isinstance(source, str):

@@ -233,7 +233,7 @@ def server_config(bwrap: str, readonly_roots: Sequence[Path], *, warm: bool) -> 
         bwrap=bwrap,
         server_view=[*server_view, ("dir", STAGE, "")],
         run_view=run_view,
-        env=script_env(Path("/"), isolated=True),
+        env=script_env(Path("/"), isolated=True, own_python=True),
         preload=preload,
         warm=warm,
         watched=tuple(preloaded_files(preload)),

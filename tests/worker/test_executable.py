@@ -438,15 +438,55 @@ write({"score": 1, "metadata": {"tasks": tasks.__path__[0], "client": chalk_clie
 
 def test_the_package_folders_go_on_pythonpath_unless_python_finds_the_same_ones(monkeypatch):
     from chalk_worker.sandbox import bwrap
+    from chalk_worker.sandbox.environment import script_env
 
-    real = bwrap._package_dir
-    assert bwrap._imported_alike({name: real(name) for name in ("tasks", "chalk_client")})
+    real = {name: bwrap._package_dir(name) for name in ("tasks", "chalk_client")}
+    roots = bwrap.import_roots()
+    assert roots and all(str(path.parent) in roots for path in real.values() if path)
     # A worker run from a checkout while another copy is installed: the copy it runs goes first.
-    elsewhere = Path("/nonexistent/checkout/tasks")
-    assert not bwrap._imported_alike({"tasks": elsewhere, "chalk_client": real("chalk_client")})
-    monkeypatch.setattr(bwrap, "_package_dir", lambda name: elsewhere.parent / name)
-    bwrap.import_roots.cache_clear()
-    try:
-        assert bwrap.import_roots() == (str(elsewhere.parent),)
-    finally:
-        bwrap.import_roots.cache_clear()
+    assert not bwrap._found_alike({**real, "tasks": Path("/nonexistent/checkout/tasks")})
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    alike = bwrap._found_alike(real)
+    home = Path("/tmp/home")
+    own = script_env(home, isolated=True, own_python=True).get("PYTHONPATH", "")
+    assert own.split(os.pathsep) == ([""] if alike else list(roots))
+    # Another interpreter (`python3 ...`, a shell script's) gets the folders whatever happens.
+    other = script_env(home, isolated=True).get("PYTHONPATH", "")
+    assert other.split(os.pathsep) == list(roots)
+    # A worker given a PYTHONPATH (maybe relative: the script's cwd may be the submission)
+    # keeps the folders first, before its own entries.
+    monkeypatch.setenv("PYTHONPATH", ".")
+    given = script_env(home, isolated=True, own_python=True)["PYTHONPATH"]
+    assert given.split(os.pathsep) == [*roots, "."]
+
+
+def test_packages_reached_through_a_link_keep_their_folders_on_pythonpath(tmp_path, monkeypatch):
+    from chalk_worker.sandbox import bwrap
+
+    real = bwrap._package_dir("tasks")
+    assert real is not None
+    link = tmp_path / "link"
+    link.symlink_to(real.parent)
+    # Found as named, through the link (a .pth naming it, say), which the sandbox never shows.
+    monkeypatch.setattr(bwrap, "_found_by_new_python", lambda names: {"tasks": str(link / "tasks")})
+    assert not bwrap._found_alike({"tasks": real})
+    monkeypatch.setattr(bwrap, "_found_by_new_python", lambda names: {"tasks": str(real)})
+    assert bwrap._found_alike({"tasks": real})
+
+
+def test_a_relative_pythonpath_of_the_worker_never_lets_a_submission_shadow_tasks(
+    score, script, monkeypatch
+):
+    import tasks
+
+    # The worker started with PYTHONPATH=. (its own folder); the script runs in the
+    # submission's folder, where the student put a `tasks` package of their own.
+    monkeypatch.setenv("PYTHONPATH", ".")
+    body = "import tasks\nwrite({'score': 1, 'metadata': {'tasks': tasks.__path__[0]}})\n"
+    command = ["{python}", script(WRITE + body), "out.json"]
+    result = score(
+        judge=ExecutableJudge(command, cwd="{submission_dir}"),
+        submission=Submission.from_files({"tasks/__init__.py": "raise SystemExit(3)\n"}),
+    )
+    assert result.score == 1.0, result
+    assert Path(result.scoring.metadata["tasks"]).resolve() == Path(tasks.__path__[0]).resolve()

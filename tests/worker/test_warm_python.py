@@ -59,12 +59,14 @@ def both(sandbox: Sandbox, folder: Path) -> Iterator[Runner]:
     jobs.mkdir(mode=0o755)
 
     def run(
-        *args: str, cwd: Path | None = None, expect: str = "warm"
+        *args: str, cwd: Path | None = None, expect: str = "warm", python_path: str | None = None
     ) -> tuple[ProcessOutcome, ProcessOutcome]:
         argv = [sys.executable, *args]
         with sandbox.session(jobs, LIMITS.file_size_bytes) as session:
             where = cwd or session.home
-            env = script_env(session.home, isolated=True)
+            env = script_env(session.home, isolated=True, own_python=True)  # {python}'s
+            if python_path is not None:
+                env["PYTHONPATH"] = python_path
             common = {"cwd": where, "env": env, "limits": LIMITS, "readonly": [folder, DATA]}
             warm = session.run(argv, python=parse_python_command(argv), **common)  # type: ignore[arg-type]
             cold = session.run(argv, python=None, **common)  # type: ignore[arg-type]
@@ -259,6 +261,10 @@ def test_commands_the_warm_path_cannot_honour_run_cold(both, folder):
     for args in ((str(archive),), (str(folder / "missing.py"),), (str(closed),)):
         warm, cold = both(*args, expect="forked")
         same(warm, cold)
+    # A PYTHONPATH other than the server's own: its Python started with another sys.path.
+    warm, cold = both("-c", "import sys; print(sys.path)", python_path=str(folder), expect="forked")
+    same(warm, cold)
+    assert str(folder) in warm.stdout
     # Options, and the program on stdin, are never warm.
     for argv in (["-u", "-c", "pass"], ["-X", "dev", "x.py"], ["-"], [], ["-c"], ["-m", ""]):
         assert parse_python_command([sys.executable, *argv]) is None
