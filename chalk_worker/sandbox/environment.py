@@ -15,9 +15,9 @@ def script_env(home: Path, isolated: bool, own_python: bool = False) -> dict[str
     ``TMPDIR`` is its home. ``own_python``: the command runs the worker's own
     Python (``{python}``), which may find ``tasks`` and ``chalk_client`` by itself.
     """
-    given = os.environ.get("PYTHONPATH")
+    given = _worker_python_path()
     roots = own_python_roots() if own_python and not given else import_roots()
-    python_path = [*roots, *filter(None, [given])]
+    python_path = [*roots, *given]
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LANG": "C.UTF-8",
@@ -30,3 +30,14 @@ def script_env(home: Path, isolated: bool, own_python: bool = False) -> dict[str
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(python_path)
     return env
+
+
+def _worker_python_path() -> list[str]:
+    """The worker's own ``PYTHONPATH``, its relative entries made absolute against the
+    worker's working folder, as the worker itself reads them: a script's working
+    folder may be the submission, where a student's module would otherwise be
+    imported in place of the one the worker meant."""
+    given = os.environ.get("PYTHONPATH")
+    if not given:
+        return []
+    return [os.path.abspath(entry) if entry else os.getcwd() for entry in given.split(os.pathsep)]

@@ -453,11 +453,11 @@ def test_the_package_folders_go_on_pythonpath_unless_python_finds_the_same_ones(
     # Another interpreter (`python3 ...`, a shell script's) gets the folders whatever happens.
     other = script_env(home, isolated=True).get("PYTHONPATH", "")
     assert other.split(os.pathsep) == list(roots)
-    # A worker given a PYTHONPATH (maybe relative: the script's cwd may be the submission)
-    # keeps the folders first, before its own entries.
-    monkeypatch.setenv("PYTHONPATH", ".")
+    # A worker given a PYTHONPATH keeps the folders first, then its entries, made absolute
+    # as the worker reads them (the script's cwd may be the submission).
+    monkeypatch.setenv("PYTHONPATH", ".:/srv/lib")
     given = script_env(home, isolated=True, own_python=True)["PYTHONPATH"]
-    assert given.split(os.pathsep) == [*roots, "."]
+    assert given.split(os.pathsep) == [*roots, os.getcwd(), "/srv/lib"]
 
 
 def test_packages_reached_through_a_link_keep_their_folders_on_pythonpath(tmp_path, monkeypatch):
@@ -490,3 +490,21 @@ def test_a_relative_pythonpath_of_the_worker_never_lets_a_submission_shadow_task
     )
     assert result.score == 1.0, result
     assert Path(result.scoring.metadata["tasks"]).resolve() == Path(tasks.__path__[0]).resolve()
+
+
+def test_a_relative_pythonpath_of_the_worker_never_reaches_into_the_submission(
+    score, script, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", ".")
+    body = """
+try:
+    import planted
+except ImportError:
+    write({"score": 1, "metadata": {}})
+"""
+    command = ["{python}", script(WRITE + body), "out.json"]
+    result = score(
+        judge=ExecutableJudge(command, cwd="{submission_dir}"),
+        submission=Submission.from_files({"planted.py": "raise SystemExit(3)\n"}),
+    )
+    assert result.score == 1.0, result
