@@ -81,4 +81,6 @@ def test_sandbox_stages_split_each_run_at_its_command_s_events():
     assert rows["life"] == ["22.000", "20.500"]
     assert rows["exit -> zombie"] == ["1.000", "0.500"]
     assert rows["zombie -> result"] == ["5.000", "0.500"]
-    assert text.rstrip().endswith("6.500")  # (2 + 1 + 5) - (0.5 + 0.5 + 0.5)
+    over, life = text.rstrip().splitlines()[-2:]
+    assert over.endswith(" 6.500")  # (2 + 1 + 5) - (0.5 + 0.5 + 0.5)
+    assert life.startswith("  the life") and life.endswith(" 1.500")  # 22 - 20.5
