@@ -23,6 +23,7 @@ from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, evaluator
+from chalk_worker.sandbox.bwrap import beside_packages
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
@@ -340,9 +341,11 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 "make it readable and searchable by others (chmod o+rx)",
                 cause=GRADER_ERROR,
             )
-        own_python = judge.command[0] == "{python}"
+        is_python = judge.command[0] == "{python}"
+        shown = [*map(Path, context.settings.sandbox_paths), *readonly[1:]]  # beyond the submission
+        own_python = is_python and not beside_packages(shown)
         env = script_env(session.home, sandbox.layers.bwrap is not None, own_python)
-        warm = own_python and context.settings.warm_python
+        warm = is_python and context.settings.warm_python
         outcome = session.run(
             argv,
             cwd=cwd,

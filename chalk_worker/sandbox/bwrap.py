@@ -83,6 +83,15 @@ def own_python_roots() -> tuple[str, ...]:
     return () if roots and _found_alike(packages) else roots
 
 
+def beside_packages(paths: Iterable[Path]) -> bool:
+    """Whether any of ``paths`` (allowlisted, or named by a command) is one of the
+    ``import_roots`` or inside one: a script shown more of such a folder than the
+    packages may import from it by the folder's place on ``PYTHONPATH``, which then
+    stays (``own_python_roots`` is not used)."""
+    roots = [Path(root) for root in import_roots()]
+    return any(_covered(Path(os.path.abspath(path)), roots) for path in paths)
+
+
 _PROBE = (
     "import importlib.util, json\n"
     "found = {}\n"

@@ -219,10 +219,14 @@ def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
-def server_config(bwrap: str, readonly_roots: Sequence[Path], *, warm: bool) -> ServerConfig:
+def server_config(
+    bwrap: str, readonly_roots: Sequence[Path], *, warm: bool, own_python: bool = True
+) -> ServerConfig:
     """The configuration of a sandbox's fork servers: warm (modules imported) or cold.
 
     Runs see the allowlisted paths; the server sees its own code as well.
+    ``own_python``: the server's Python starts as a ``{python}`` script's would
+    (``script_env``); false where an allowlisted path lies beside the packages.
     """
     run_view = view_entries(readonly=readonly_roots, writable=[], tmp_bytes=1 << 20)
     server_view = view_entries(
@@ -233,7 +237,7 @@ def server_config(bwrap: str, readonly_roots: Sequence[Path], *, warm: bool) -> 
         bwrap=bwrap,
         server_view=[*server_view, ("dir", STAGE, "")],
         run_view=run_view,
-        env=script_env(Path("/"), isolated=True, own_python=True),
+        env=script_env(Path("/"), isolated=True, own_python=own_python),
         preload=preload,
         warm=warm,
         watched=tuple(preloaded_files(preload)),

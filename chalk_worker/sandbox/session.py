@@ -32,7 +32,7 @@ from pathlib import Path
 from chalk_client.settings import ChalkSettings
 from chalk_worker import cleanup
 from chalk_worker.sandbox import syscalls
-from chalk_worker.sandbox.bwrap import python_paths
+from chalk_worker.sandbox.bwrap import beside_packages, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.direct import kill_everything, run_direct
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
@@ -251,7 +251,10 @@ class Sandbox:
                 self._servers[warm] = None
                 return None
             assert self.layers.bwrap is not None
-            config = server_config(self.layers.bwrap, self.readonly_roots, warm=warm)
+            own_python = not beside_packages(Path(path) for path in self.settings.sandbox_paths)
+            config = server_config(
+                self.layers.bwrap, self.readonly_roots, warm=warm, own_python=own_python
+            )
             pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
             self._servers[warm] = pool
             return pool

@@ -508,3 +508,14 @@ except ImportError:
         submission=Submission.from_files({"planted.py": "raise SystemExit(3)\n"}),
     )
     assert result.score == 1.0, result
+
+
+def test_paths_shown_beside_the_packages_keep_their_folder_on_pythonpath():
+    from chalk_worker.sandbox import bwrap
+
+    root = Path(bwrap.import_roots()[0])
+    # Allowlisted (or named) next to `tasks`: a script may import it by the folder's place
+    # on PYTHONPATH, as before the folders could be left out.
+    assert bwrap.beside_packages([root / "grading"])
+    assert bwrap.beside_packages([root])
+    assert not bwrap.beside_packages([Path("/srv/elsewhere"), root.parent / "other"])
