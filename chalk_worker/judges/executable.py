@@ -342,7 +342,8 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 cause=GRADER_ERROR,
             )
         is_python = judge.command[0] == "{python}"
-        shown = [*map(Path, context.settings.sandbox_paths), *readonly[1:]]  # beyond the submission
+        # The paths shown beyond the submission: the allowlist, those the command names.
+        shown: list[str | Path] = [*context.settings.sandbox_paths, *readonly[1:]]
         own_python = is_python and not beside_packages(shown)
         env = script_env(session.home, sandbox.layers.bwrap is not None, own_python)
         warm = is_python and context.settings.warm_python

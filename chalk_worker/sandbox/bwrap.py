@@ -50,6 +50,12 @@ def python_paths() -> list[Path]:
 
 
 @functools.cache
+def _packages() -> dict[str, Path | None]:
+    """Where this process imports ``tasks`` and ``chalk_client`` from (real paths), once."""
+    return {name: _package_dir(name) for name in ("tasks", "chalk_client")}
+
+
+@functools.cache
 def import_roots() -> tuple[str, ...]:
     """Folders to put on ``PYTHONPATH`` so ``tasks`` and ``chalk_client`` import.
 
@@ -57,8 +63,7 @@ def import_roots() -> tuple[str, ...]:
     environment names them, except where ``own_python_roots`` finds them unneeded.
     """
     roots: list[str] = []
-    for name in ("tasks", "chalk_client"):
-        package = _package_dir(name)
+    for package in _packages().values():
         if package is not None and str(package.parent) not in roots:
             roots.append(str(package.parent))
     return tuple(roots)
@@ -79,17 +84,20 @@ def own_python_roots() -> tuple[str, ...]:
     would not find the packages, or would find its own.
     """
     roots = import_roots()
-    packages = {name: _package_dir(name) for name in ("tasks", "chalk_client")}
-    return () if roots and _found_alike(packages) else roots
+    return () if roots and _found_alike(_packages()) else roots
 
 
-def beside_packages(paths: Iterable[Path]) -> bool:
+@functools.cache
+def _root_paths() -> tuple[Path, ...]:
+    return tuple(Path(root) for root in import_roots())
+
+
+def beside_packages(paths: Iterable[str | Path]) -> bool:
     """Whether any of ``paths`` (allowlisted, or named by a command) is one of the
     ``import_roots`` or inside one: a script shown more of such a folder than the
     packages may import from it by the folder's place on ``PYTHONPATH``, which then
     stays (``own_python_roots`` is not used)."""
-    roots = [Path(root) for root in import_roots()]
-    return any(_covered(Path(os.path.abspath(path)), roots) for path in paths)
+    return any(_covered(Path(os.path.abspath(path)), _root_paths()) for path in paths)
 
 
 _PROBE = (

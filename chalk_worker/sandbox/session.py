@@ -251,7 +251,7 @@ class Sandbox:
                 self._servers[warm] = None
                 return None
             assert self.layers.bwrap is not None
-            own_python = not beside_packages(Path(path) for path in self.settings.sandbox_paths)
+            own_python = not beside_packages(self.settings.sandbox_paths)
             config = server_config(
                 self.layers.bwrap, self.readonly_roots, warm=warm, own_python=own_python
             )
