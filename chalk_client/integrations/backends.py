@@ -39,11 +39,19 @@ class Backend(Protocol):
     def check(self, judge: JudgeSpec) -> None:
         """Raise now what every job with ``judge`` would fail with, where that can be known."""
 
-    def score(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """Score ``jobs``; their results in order."""
+    def score(self, jobs: list[ScoringJob], concurrency: int | None = None) -> list[JobResult]:
+        """Score ``jobs``; their results in order.
 
-    async def score_async(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """Score ``jobs`` without blocking the running event loop; their results in order."""
+        ``concurrency``, where given, replaces the backend's own cap on jobs in flight.
+        """
+
+    async def score_async(
+        self, jobs: list[ScoringJob], concurrency: int | None = None
+    ) -> list[JobResult]:
+        """Score ``jobs`` without blocking the running event loop; their results in order.
+
+        ``concurrency``, where given, replaces the backend's own cap on jobs in flight.
+        """
 
 
 class Embedded:
@@ -62,17 +70,21 @@ class Embedded:
 
         check_judge(judge, self.settings)
 
-    def score(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """``chalk_worker.score_jobs`` on this process's event loop."""
+    def score(self, jobs: list[ScoringJob], concurrency: int | None = None) -> list[JobResult]:
+        """``chalk_worker.score_jobs`` on this process's event loop, ``concurrency`` at once."""
         from chalk_worker import score_jobs
 
-        return score_jobs(jobs, concurrency=self.concurrency, settings=self.settings)
+        limit = concurrency or self.concurrency
+        return score_jobs(jobs, concurrency=limit, settings=self.settings)
 
-    async def score_async(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """``chalk_worker.score_jobs_async`` in the running loop."""
+    async def score_async(
+        self, jobs: list[ScoringJob], concurrency: int | None = None
+    ) -> list[JobResult]:
+        """``chalk_worker.score_jobs_async`` in the running loop, ``concurrency`` jobs at once."""
         from chalk_worker import score_jobs_async
 
-        return await score_jobs_async(jobs, concurrency=self.concurrency, settings=self.settings)
+        limit = concurrency or self.concurrency
+        return await score_jobs_async(jobs, concurrency=limit, settings=self.settings)
 
 
 class Cluster:
@@ -98,8 +110,11 @@ class Cluster:
         why = problem or "no result"
         return [found.get(i) or failed_result(i, f"on the cluster: {why}") for i in _ids(jobs)]
 
-    def score(self, jobs: list[ScoringJob]) -> list[JobResult]:
-        """Submit ``jobs`` as one batch and collect their results as they finish."""
+    def score(self, jobs: list[ScoringJob], concurrency: int | None = None) -> list[JobResult]:
+        """Submit ``jobs`` as one batch and collect their results as they finish.
+
+        ``concurrency`` is the workers' business here, and ignored.
+        """
         found: dict[str, JobResult] = {}
         problem = None
         try:
@@ -110,8 +125,12 @@ class Cluster:
             problem = f"{type(exc).__name__}: {exc}"
         return self._complete(jobs, found, problem)
 
-    async def score_async(self, jobs: list[ScoringJob]) -> list[JobResult]:
+    async def score_async(
+        self, jobs: list[ScoringJob], concurrency: int | None = None
+    ) -> list[JobResult]:
         """``score`` through an ``AsyncChalkClient`` of the running loop, closed afterwards.
+
+        ``concurrency`` is the workers' business here, and ignored.
 
         A client per call: a trainer's loop may end between calls, and a client left
         open on a closed loop leaks its connections.

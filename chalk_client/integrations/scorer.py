@@ -194,17 +194,30 @@ class SampleScorer:
         results = iter(scored)
         return [item if isinstance(item, JobResult) else next(results) for item in made]
 
-    def score(self, samples: Sequence[Sample]) -> list[JobResult]:
-        """Every sample's result, in order; never raises for a sample or a job."""
-        made = self.jobs(samples)
-        jobs = [item for item in made if isinstance(item, ScoringJob)]
-        return self._merge(made, self.backend.score(jobs) if jobs else [])
+    def score(
+        self, samples: Sequence[Sample], *, concurrency: int | None = None
+    ) -> list[JobResult]:
+        """Every sample's result, in order; never raises for a sample or a job.
 
-    async def score_async(self, samples: Sequence[Sample]) -> list[JobResult]:
-        """``score`` without blocking the running event loop."""
+        ``concurrency``, where given, is this call's cap on jobs in flight here
+        (in place of the scorer's); a cluster's workers keep their own.
+        """
         made = self.jobs(samples)
         jobs = [item for item in made if isinstance(item, ScoringJob)]
-        return self._merge(made, await self.backend.score_async(jobs) if jobs else [])
+        return self._merge(made, self.backend.score(jobs, concurrency) if jobs else [])
+
+    async def score_async(
+        self, samples: Sequence[Sample], *, concurrency: int | None = None
+    ) -> list[JobResult]:
+        """``score`` without blocking the running event loop.
+
+        ``concurrency``, where given, is this call's cap on jobs in flight here
+        (in place of the scorer's); a cluster's workers keep their own.
+        """
+        made = self.jobs(samples)
+        jobs = [item for item in made if isinstance(item, ScoringJob)]
+        scored = await self.backend.score_async(jobs, concurrency) if jobs else []
+        return self._merge(made, scored)
 
 
 def rewards(

@@ -1,31 +1,36 @@
-"""verl: a Chalk judge as verl's custom reward function, one sample or a batch at a time.
+"""verl: a Chalk judge as verl's custom reward function.
 
-verl calls ``compute_score(data_source, solution_str, ground_truth,
-extra_info)`` for each response (its ``naive`` and ``prime`` reward managers,
-and the reward loop, which calls from many threads at once or awaits
-``compute_score_async``), or ``compute_score_batch(data_sources,
-solution_strs, ground_truths, extra_infos)`` once per batch (its ``batch``
-reward manager). Its config names the function and passes
-``custom_reward_function.reward_kwargs`` as keyword arguments, so the module's
+verl (0.7 and later: checked with 0.9.1) reads the function from
+``reward.custom_reward_function`` (``path``, ``name``, ``reward_kwargs``) and
+passes ``reward_kwargs`` as keyword arguments to every call, so the module's
 own functions are configured from YAML alone::
 
-    custom_reward_function:
-      path: pkg://chalk_client.integrations.verl
-      name: compute_score_batch      # with reward_model.reward_manager=batch
-      reward_kwargs:
-        judge:
-          type: executable
-          command: ["{python}", "-m", "tasks.code_reward.run_tests", "{submission_dir}", "out.json"]
-        submission:
-          type: code_block
-          path: solution.py
-          files_from_columns: {tests.py: ground_truth}
+    reward:
+      custom_reward_function:
+        path: pkg://chalk_client.integrations.verl
+        name: compute_score_async
+        reward_kwargs:
+          judge:
+            type: executable
+            command: ["{python}", "-m", "tasks.code_reward.run_tests",
+                      "{submission_dir}", "out.json"]
+          submission:
+            type: code_block
+            path: solution.py
+            files_from_columns: {tests.py: ground_truth}
 
-or, from Python, ``reward_function(judge=..., ...)`` gives an object whose
-methods are these functions (put ``compute_score = reward.compute_score`` in
-the file ``custom_reward_function.path`` names). verl's ``prime`` manager
-sends the function to processes of its own, pickled: use the module's own
-functions there, which pickle by name.
+verl's reward loop scores one response per call, every response of a step at
+once on one event loop: ``compute_score_async`` lets it, and gathers the calls
+that arrive together into one Chalk batch (``SampleBatcher``).
+``compute_score`` is the same as a plain function, which the reward loop runs
+in its thread pool, a few at a time. ``compute_score_batch(data_sources,
+solution_strs, ground_truths, extra_infos)`` is for verl 0.6 and older (its
+``batch`` reward manager, with ``custom_reward_function`` at the top level of
+the config).
+
+From Python, ``reward_function(judge=..., ...)`` gives an object whose methods
+are these functions (put ``compute_score_async = reward.compute_score_async``
+in the file ``custom_reward_function.path`` names).
 
 Each response is a ``Sample`` whose completion is ``solution_str`` and whose
 columns are ``extra_info``'s keys, then ``data_source``, ``ground_truth`` and
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,6 +51,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from chalk_client.errors import ConfigurationError
+from chalk_client.integrations.batching import SampleBatcher
 from chalk_client.integrations.samples import Sample
 from chalk_client.integrations.scorer import (
     DEFAULT_TIMEOUT_S,
@@ -67,6 +74,8 @@ log = logging.getLogger("chalk_client.integrations")
 
 _VERL_EXTRAS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 """Keyword arguments verl's reward loop adds for reward models; not ours to read."""
+_RESPONSE_KEYS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""The keyword arguments of one response, as verl passes them."""
 
 
 def sample_from(
@@ -83,33 +92,55 @@ def sample_from(
     return Sample(completion=solution_str, columns=columns, index=index)
 
 
-class VerlReward:
-    """verl's reward functions for one Chalk judge: per response, batched, and async.
+def _hint_once(key: str, message: str, *args: Any) -> None:
+    """Log ``message`` as a warning the first time ``key`` comes up in this process."""
+    if key not in _hinted:
+        _hinted.add(key)
+        log.warning(message, *args)
 
-    ``last_results`` holds the ``JobResult`` of every response of the last call.
+
+_hinted: set[str] = set()
+
+_VERL_REWARD_LOOP = "verl.experimental.reward_loop"
+"""verl's reward loop (0.7 and later), which calls reward functions one response at a time."""
+
+
+def _in_verl_thread_pool() -> bool:
+    """Whether verl's reward loop is running this call in its event loop's thread pool."""
+    return _VERL_REWARD_LOOP in sys.modules and threading.current_thread().name.startswith(
+        "asyncio_"
+    )
+
+
+class VerlReward:
+    """verl's reward functions for one Chalk judge: async, per response, and batched.
+
+    ``concurrency`` caps the jobs in flight of one call of ``compute_score_batch``
+    or one gathering of ``compute_score_async`` when scoring here (``None``: all
+    of them at once; scoring scripts still run one per core and LLM calls stay
+    under ``CHALK_LLM_MAX_IN_FLIGHT``). ``last_results`` holds the
+    ``JobResult`` of every response of the last call.
     """
 
-    def __init__(self, scorer: SampleScorer, failed_value: float) -> None:
+    def __init__(
+        self, scorer: SampleScorer, failed_value: float, concurrency: int | None = None
+    ) -> None:
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1 (or None), not {concurrency}")
         self.scorer = scorer
         self.failed_value = failed_value
+        self.concurrency = concurrency
         self.last_results: list[JobResult] = []
+        self.batcher = SampleBatcher(self._score_gathered)
+
+    async def _score_gathered(self, samples: list[Sample]) -> list[JobResult]:
+        limit = self.concurrency or len(samples)
+        return await self.scorer.score_async(samples, concurrency=limit)
 
     def _floats(self, results: list[JobResult]) -> list[float]:
         self.last_results = results
         scores = rewards(results, failed_value=self.failed_value, name="verl")
         return [self.failed_value if score is None else score for score in scores]
-
-    def compute_score(
-        self,
-        data_source: Any,
-        solution_str: str,
-        ground_truth: Any,
-        extra_info: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> float:
-        """The score of one response (verl's ``naive`` and ``prime`` managers, the reward loop)."""
-        sample = sample_from(0, data_source, solution_str, ground_truth, extra_info)
-        return self._floats(self.scorer.score([sample]))[0]
 
     async def compute_score_async(
         self,
@@ -119,19 +150,62 @@ class VerlReward:
         extra_info: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> float:
-        """``compute_score`` as a coroutine, which verl's reward loop awaits."""
+        """The score of one response, scored with the calls awaited beside it.
+
+        What verl's reward loop should call: it awaits every response of a step
+        at once, and the calls that arrive together go to Chalk as one batch.
+        """
         sample = sample_from(0, data_source, solution_str, ground_truth, extra_info)
-        return self._floats(await self.scorer.score_async([sample]))[0]
+        return self._floats([await self.batcher.score(sample)])[0]
+
+    def compute_score(
+        self,
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> float:
+        """The score of one response, as a plain function (safe from many threads at once)."""
+        if _in_verl_thread_pool():
+            _hint_once(
+                "sync",
+                "verl's reward loop runs compute_score in its thread pool, a few responses "
+                "at a time; name compute_score_async in reward.custom_reward_function to "
+                "score every response of a step at once",
+            )
+        sample = sample_from(0, data_source, solution_str, ground_truth, extra_info)
+        return self._floats(self.scorer.score([sample]))[0]
 
     def compute_score_batch(
         self,
-        data_sources: Sequence[Any],
-        solution_strs: Sequence[str],
-        ground_truths: Sequence[Any],
+        data_sources: Sequence[Any] | None = None,
+        solution_strs: Sequence[str] | None = None,
+        ground_truths: Sequence[Any] | None = None,
         extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
         **kwargs: Any,
-    ) -> list[float]:
-        """The scores of a batch, in order (verl's ``batch`` manager), scored all at once."""
+    ) -> list[float] | float:
+        """The scores of a batch, in order, scored all at once (verl 0.6's ``batch`` manager).
+
+        Called as verl 0.7 and later call every reward function, with one
+        response (``solution_str=...``), it warns that it is not getting batches
+        and scores that response.
+        """
+        if solution_strs is None and "solution_str" in kwargs:
+            _hint_once(
+                "batch",
+                "verl calls compute_score_batch with one response at a time (its reward "
+                "loop, in verl 0.7 and later, has no batch manager): scoring each on its "
+                "own; name compute_score_async in reward.custom_reward_function to score "
+                "a step's responses together",
+            )
+            response = [kwargs.get(name) for name in _RESPONSE_KEYS]
+            return self._floats(self.scorer.score([sample_from(0, *response)]))[0]
+        if data_sources is None or solution_strs is None or ground_truths is None:
+            raise TypeError(
+                "compute_score_batch needs data_sources, solution_strs and ground_truths, "
+                "one value per response each"
+            )
         count = len(solution_strs)
         infos = list(extra_infos) if extra_infos is not None else [None] * count
         if not len(data_sources) == len(ground_truths) == len(infos) == count:
@@ -146,7 +220,8 @@ class VerlReward:
                 zip(data_sources, solution_strs, ground_truths, infos, strict=True)
             )
         ]
-        return self._floats(self.scorer.score(samples))
+        results = self.scorer.score(samples, concurrency=self.concurrency or len(samples))
+        return self._floats(results)
 
 
 def reward_function(
@@ -191,7 +266,7 @@ def reward_function(
         timeout_s=timeout_s,
         source="verl",
     )
-    return VerlReward(scorer, failed_value)
+    return VerlReward(scorer, failed_value, concurrency)
 
 
 def _submission_from(spec: Any) -> SubmissionBuilder | None:
@@ -244,7 +319,7 @@ def configured(options: Mapping[str, Any]) -> VerlReward:
             if known.get("judge") is None:
                 raise ConfigurationError(
                     "chalk_client.integrations.verl needs a judge: set "
-                    "custom_reward_function.reward_kwargs.judge to a judge object (e.g. "
+                    "reward.custom_reward_function.reward_kwargs.judge to a judge object (e.g. "
                     '{type: regex, patterns: ["42"]}) or a judge file\'s path'
                 )
             found = _configured[key] = reward_function(
@@ -266,7 +341,12 @@ def compute_score(
     extra_info: Mapping[str, Any] | None = None,
     **reward_kwargs: Any,
 ) -> float:
-    """verl's custom reward function, configured by ``reward_kwargs`` (see ``configured``)."""
+    """The score of one response as a plain function, configured by ``reward_kwargs``.
+
+    verl's reward loop runs it in its thread pool, a few at a time:
+    ``compute_score_async`` scores a step's responses together. The options
+    are ``configured``'s.
+    """
     reward = configured(reward_kwargs)
     return reward.compute_score(data_source, solution_str, ground_truth, extra_info)
 
@@ -278,18 +358,29 @@ async def compute_score_async(
     extra_info: Mapping[str, Any] | None = None,
     **reward_kwargs: Any,
 ) -> float:
-    """``compute_score`` as a coroutine, for verl's reward loop."""
+    """The score of one response, configured by ``reward_kwargs``: what verl should call.
+
+    verl's reward loop awaits a step's responses at once; those that arrive
+    together are scored as one batch. The options are ``configured``'s.
+    """
     reward = configured(reward_kwargs)
     return await reward.compute_score_async(data_source, solution_str, ground_truth, extra_info)
 
 
 def compute_score_batch(
-    data_sources: Sequence[Any],
-    solution_strs: Sequence[str],
-    ground_truths: Sequence[Any],
+    data_sources: Sequence[Any] | None = None,
+    solution_strs: Sequence[str] | None = None,
+    ground_truths: Sequence[Any] | None = None,
     extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
     **reward_kwargs: Any,
-) -> list[float]:
-    """verl's batched reward function (``reward_manager=batch``), set up by ``reward_kwargs``."""
+) -> list[float] | float:
+    """The scores of a batch, configured by ``reward_kwargs`` (verl 0.6's ``batch`` manager).
+
+    Called with one response, as verl 0.7 and later call reward functions, it
+    warns and scores that response. The options are ``configured``'s.
+    """
+    response = {name: reward_kwargs.pop(name) for name in _RESPONSE_KEYS if name in reward_kwargs}
     reward = configured(reward_kwargs)
-    return reward.compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)
+    return reward.compute_score_batch(
+        data_sources, solution_strs, ground_truths, extra_infos, **response
+    )

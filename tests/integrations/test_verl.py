@@ -1,6 +1,7 @@
 """verl's custom reward functions, called exactly as verl's reward managers call them.
 
-verl is not installed: these tests follow its loader and managers
+These tests need no verl (``test_verl_trainer.py`` runs verl's own reward
+loop): they follow its loader and managers
 (``verl.trainer.ppo.reward.get_custom_reward_fn``, ``NaiveRewardManager``,
 ``BatchRewardManager``, the reward loop): the function is looked up by name in
 the module ``custom_reward_function.path`` names (``pkg://...`` imports it),
@@ -16,6 +17,8 @@ import asyncio
 import importlib
 import inspect
 import logging
+import sys
+import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -244,3 +247,84 @@ def test_the_prime_manager_s_process_pool_runs_the_module_s_function():
             for n, text in enumerate(["#### 42", "#### 41", "#### 42"])
         ]
         assert [f.result(timeout=120) for f in futures] == [1.0, 0.0, 1.0]
+
+
+def test_the_reward_loop_s_concurrent_async_calls_go_to_chalk_as_one_batch():
+    reward = reward_function(judge=lambda s: RegexJudge([f"#### {s.columns['ground_truth']}$"]))
+
+    async def reward_loop() -> list[float]:
+        # verl's RewardLoopWorker: a task per response, gathered on one event loop.
+        return list(
+            await asyncio.gather(
+                *(
+                    reward.compute_score_async(
+                        data_source="d", solution_str=f"#### {n % 3}", ground_truth=str(n % 2)
+                    )
+                    for n in range(40)
+                )
+            )
+        )
+
+    scores = asyncio.run(reward_loop())
+    assert scores == [1.0 if n % 3 == n % 2 else 0.0 for n in range(40)]
+    assert reward.batcher.batch_sizes == [40]
+
+
+def test_gathered_calls_are_all_in_flight_at_once_unless_concurrency_says_otherwise():
+    def in_flight(concurrency: int | None) -> int:
+        with FakeOpenAI(latency_s=0.1) as fake:
+            reward = reward_function(
+                judge=RubricJudge(rubric=[{"criterion": "correct (met)"}]),
+                settings=fake.settings(),
+                concurrency=concurrency,
+            )
+
+            async def reward_loop() -> list[float]:
+                calls = (reward.compute_score_async("d", f"answer {n}", "x", {}) for n in range(48))
+                return list(await asyncio.gather(*calls))
+
+            assert asyncio.run(reward_loop()) == [1.0] * 48
+            return fake.max_in_flight
+
+    assert in_flight(None) == 48  # more than the embedded queue's 32 a call
+    assert in_flight(4) <= 4
+
+
+def test_the_batch_function_called_per_response_warns_and_scores_that_response(caplog):
+    # verl 0.7 and later call every reward function so, whatever its name.
+    config = {"judge": {"type": "regex", "patterns": ["^#### 42$"]}}
+    batch = load_custom_reward_fn(
+        "pkg://chalk_client.integrations.verl", "compute_score_batch", config
+    )
+    verl._hinted.discard("batch")
+    with caplog.at_level(logging.WARNING, "chalk_client.integrations"):
+        scores = [
+            batch(data_source="d", solution_str=text, ground_truth="42", extra_info={})
+            for text in ("#### 42", "#### 41", "#### 42")
+        ]
+    assert scores == [1.0, 0.0, 1.0]
+    warnings = [r.getMessage() for r in caplog.records if "compute_score_batch" in r.getMessage()]
+    assert len(warnings) == 1 and "compute_score_async" in warnings[0]
+    assert "not a Chalk option" not in caplog.text  # the response's keys are not options
+    with pytest.raises(TypeError, match="needs data_sources"):
+        verl.compute_score_batch(judge=config["judge"])
+
+
+def test_the_plain_function_run_in_verl_s_thread_pool_suggests_the_async_one(caplog, monkeypatch):
+    # verl's NaiveRewardManager runs a plain function with loop.run_in_executor(None, ...).
+    monkeypatch.setitem(sys.modules, "verl.experimental.reward_loop", types.ModuleType("stub"))
+    verl._hinted.discard("sync")
+    reward = reward_function(judge=RegexJudge(["42"]))
+
+    async def naive_manager() -> list[float]:
+        loop = asyncio.get_running_loop()
+        return [
+            await loop.run_in_executor(None, partial(reward.compute_score, "d", text, "42"))
+            for text in ("42", "41")
+        ]
+
+    with caplog.at_level(logging.WARNING, "chalk_client.integrations"):
+        assert asyncio.run(naive_manager()) == [1.0, 0.0]
+        assert reward.compute_score("d", "42", "42") == 1.0  # not in verl's pool: no word
+    hints = [r.getMessage() for r in caplog.records if "thread pool" in r.getMessage()]
+    assert len(hints) == 1 and "compute_score_async" in hints[0]
