@@ -34,6 +34,7 @@ from celery.signals import (
     worker_shutdown,
     worker_shutting_down,
 )
+from kombu.utils.url import parse_url
 
 from chalk_client.cluster.connection import sentinel_url
 from chalk_client.cluster.messages import TASK_NAME, task_queue
@@ -108,7 +109,49 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     return celery
 
 
+CHALK_TRANSPORT_OPTIONS = ("chalk_queue", "chalk_lease_ms", "chalk_sentinels")
+"""Transport options only Chalk's transports read."""
+
+
+def make_flower_app(settings: ChalkSettings, redis_url: str) -> Celery:
+    """The app ``chalk flower`` runs: the workers' app, on kombu's own transports.
+
+    Flower reads the Broker page's queue lengths with a client it picks by the
+    scheme of the app's broker URL, and knows ``redis``, ``rediss`` and
+    ``sentinel``, not Chalk's transports (whose URL names their class). Flower
+    neither takes nor sends ``chalk.score`` messages: it hears the workers'
+    events, broadcasts to them and counts the queue, which kombu's transports
+    do on the same Redis as Chalk's do. For ``rediss://``, the URL's ``ssl_*``
+    parameters (``ssl_ca_certs``, ...) become ``broker_use_ssl``, which Flower's
+    client reads instead of the URL's.
+    """
+    celery = make_app(settings, redis_url)
+    broker_url = settings.broker_url or redis_url
+    options = dict(celery.conf.broker_transport_options)
+    for name in CHALK_TRANSPORT_OPTIONS:
+        options.pop(name, None)
+    through_sentinels = sentinel_url(broker_url)
+    if through_sentinels is not None:
+        # kombu's Sentinel transport moves along the sentinels of a ';' list itself.
+        broker_url = through_sentinels.backend_url()
+    celery.conf.update(
+        broker_url=broker_url,
+        broker_transport=None,  # kombu's, by the URL's scheme
+        broker_transport_options=options,
+    )
+    if broker_url.startswith("rediss://"):
+        celery.conf.broker_use_ssl = parse_url(broker_url).get("ssl") or None
+    return celery
+
+
 app = make_app(settings, redis_url)
+
+
+def __getattr__(name: str) -> Any:
+    """``flower_app``, made when ``chalk flower`` asks for it (not in every worker)."""
+    if name == "flower_app":
+        return make_flower_app(settings, redis_url)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def publish(job_id: str, batch: str | None) -> str:

@@ -32,6 +32,8 @@ from chalk_client.wording import grader_error_message
 from chalk_client.workers import WorkerWatch
 
 CELERY_APP = "chalk_worker.app"
+FLOWER_APP = "chalk_worker.app:flower_app"
+"""The workers' app on kombu's own transports, whose broker Flower's Broker page can read."""
 WORKER_DEFAULTS: dict[tuple[str, ...], list[str]] = {
     ("-P", "--pool"): ["--pool", "threads"],
     ("-l", "--loglevel"): ["--loglevel", "INFO"],
@@ -118,7 +120,7 @@ def run_flower(args: Sequence[str]) -> int:
         "-m",
         "celery",
         "-A",
-        CELERY_APP,
+        FLOWER_APP,
         "flower",
         *flower_defaults(given),
         *given,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -286,3 +287,210 @@ def test_flower_shows_a_dead_worker_s_attempt_failed_and_the_rerun_in_its_batch(
     for task in tasks_in("SUCCESS"):  # the re-runs keep the batch label
         assert task["kwargs"] == "{'batch': 'b-lost'}"
         assert task["worker"] == f"{rescuer.name}@{os.uname().nodename}"
+
+
+BACKLOG = 12
+"""Jobs sent for the Broker page: the worker takes ``TAKEN`` of them and waits on a gate."""
+TAKEN = 2
+
+
+def tls_redis(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server speaking TLS only, with a CA of the test's; its ``rediss://`` URL."""
+    if shutil.which("openssl") is None:
+        need("openssl")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=chalk-test-ca",
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    (tls / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tls),
+        ],
+        cwd=tls,
+        stdout=subprocess.DEVNULL,
+    )
+    if not wait_port(port):
+        stop(proc)
+        need("a redis-server built with TLS")
+    ca = tls / "ca.crt"
+    return proc, f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
+
+
+def queue_depths_on_broker_page(base: str) -> dict[str, int]:
+    """Each queue's waiting messages, as Flower's Broker page shows them."""
+    status, body = get(f"{base}/broker")
+    assert status == 200, body[:500]
+    rows = re.findall(
+        r'<tr id="[^"]*">\s*<td>([^<]+)</td>\s*<td[^>]*>(\d+)</td>', body.decode(), flags=re.S
+    )
+    return {name: int(depth) for name, depth in rows}
+
+
+def queued_in_chalk_status(redis_url: str) -> int:
+    """``queued messages (chalk): N`` of ``chalk status``, run as an operator would."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CHALK_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "chalk_client.cli", "status"],
+        env={**clean, "CHALK_REDIS_URL": redis_url},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    match = re.search(r"queued messages \(chalk\): (\d+)", done.stdout)
+    assert match, done.stdout + done.stderr
+    return int(match.group(1))
+
+
+@pytest.fixture
+def broker_url(request, ops_redis, tmp_path) -> Iterator[str]:
+    """The cluster's URL, of the kind the test is parametrized with."""
+    kind = request.param
+    if kind == "redis":
+        yield ops_redis.url
+    elif kind == "rediss":
+        proc, url = tls_redis(tmp_path)
+        yield url
+        stop(proc)
+    else:
+        from sentinel_cluster import SentinelCluster
+
+        with SentinelCluster(tmp_path / "sentinel", master_name="grading") as cluster:
+            yield cluster.url(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker_url", ["redis", "rediss", "sentinel"], indirect=True)
+def test_flower_s_broker_page_shows_the_backlog_chalk_status_counts(
+    broker_url, start_worker, flowers, tmp_path
+):
+    flower, port = start_flower(broker_url, tmp_path / "flower.log")
+    flowers.append(flower)
+    worker = start_worker(broker_url, concurrency=TAKEN)
+    assert wait_port(port, timeout=30), (tmp_path / "flower.log").read_text()
+    base = f"http://127.0.0.1:{port}"
+    gate = tmp_path / "gate"
+    log = tmp_path / "scorings.log"
+    judge = {"log": str(log), "gate": str(gate)}
+    with ChalkClient(broker_url) as client:
+        backlog(client, broker_url, base, worker, judge, gate)
+    assert queued_in_chalk_status(broker_url) == 0
+
+
+def backlog(
+    client: ChalkClient, url: str, base: str, worker: Any, judge: dict[str, str], gate: Path
+) -> None:
+    """Send the backlog; check the Broker page and ``chalk status`` agree; let it through."""
+    batch = client.submit_batch(
+        [
+            ScoringJob(id=f"wait-{i}", judge=CustomJudge("test_log", {**judge, "key": f"wait-{i}"}))
+            for i in range(BACKLOG)
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while client.store.running_count() < TAKEN:  # the worker holds its two, the rest wait
+        assert time.monotonic() < deadline, worker.log.read_text()[-3000:]
+        time.sleep(0.1)
+
+    depths = queue_depths_on_broker_page(base)
+    assert depths == {"chalk": BACKLOG - TAKEN}
+    assert queued_in_chalk_status(url) == BACKLOG - TAKEN
+    _, page = get(f"{base}/broker")
+    assert b"chalk_worker" not in page  # the broker shown by its URL, not Chalk's transport
+
+    gate.touch()
+    assert all(r.status is JobStatus.SUCCEEDED for r in batch.results(timeout=60))
+    assert queue_depths_on_broker_page(base) == {"chalk": 0}
+
+
+def test_flower_s_app_names_its_broker_in_a_scheme_flower_knows():
+    import ssl
+
+    from chalk_client import ChalkSettings
+    from chalk_worker.app import make_flower_app
+
+    def broker_of(url: str) -> tuple[str, Any, dict[str, Any]]:
+        app = make_flower_app(ChalkSettings(redis_url=url), url)
+        with app.connection() as connection:
+            uri = connection.as_uri()
+        return uri, app.conf.broker_use_ssl, dict(app.conf.broker_transport_options)
+
+    uri, tls, options = broker_of("redis://127.0.0.1:6379/2")
+    assert uri.startswith("redis://") and not tls
+    assert options["priority_steps"] == [0] and not any(k.startswith("chalk") for k in options)
+
+    uri, tls, _ = broker_of("rediss://h:6380/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem")
+    assert uri.startswith("rediss://")
+    assert tls == {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": "/ca.pem"}
+
+    uri, _, options = broker_of("sentinel://:pw@a:26379;sentinel://b:26380/1?master_name=grading")
+    assert uri.startswith("sentinel://")
+    assert options["master_name"] == "grading"
