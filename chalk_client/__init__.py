@@ -16,7 +16,7 @@ from chalk_client.errors import (
     StudentMisbehaviorError,
 )
 from chalk_client.jobs import JobResult, JobStatus, ScoringJob, Step
-from chalk_client.scoring import Scoring, ZeroCause
+from chalk_client.scoring import CompileResult, Scoring, TestResult, Verdict, ZeroCause
 from chalk_client.settings import ChalkSettings, Limits
 from chalk_client.submission import Submission
 from chalk_client.transcript import Message, Transcript
@@ -58,6 +58,7 @@ __all__ = [
     "ChalkClient",
     "ChalkError",
     "ChalkSettings",
+    "CompileResult",
     "InvalidJobError",
     "JobHandle",
     "JobResult",
@@ -71,6 +72,8 @@ __all__ = [
     "Step",
     "StudentMisbehaviorError",
     "Submission",
+    "TestResult",
     "Transcript",
+    "Verdict",
     "ZeroCause",
 ]

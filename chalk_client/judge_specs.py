@@ -22,9 +22,11 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from chalk_client.positional import UNSET, with_positional
+from chalk_client.program_tests import Compare, Language, TestCase, language_named
 from chalk_client.regex_pattern import RegexPattern as RegexPattern  # it was defined here
 from chalk_client.transcript import JsonData
 
@@ -289,6 +291,87 @@ class RubricJudge(_JudgeBase):
         super().__init__(**with_positional(data, rubric=rubric, context=context, model=model))
 
 
+class TestsJudge(_JudgeBase):
+    """Compiles a program once and runs it on each test case: stdin in, stdout compared.
+
+    The program is the last fenced code block of the last assistant message
+    (``source="transcript"``, in ``language`` where the fence says so) or a file
+    of the submission. Each test gets a verdict (``AC``, ``WA``, ``PE``,
+    ``TLE``, ``MLE``, ``RE``, ``OLE``, ``CE``, ``SKIPPED``) with the CPU time,
+    wall time and peak memory it used; the step's ``tests`` and ``compile`` say
+    so. ``time_limit_s`` is CPU time, which a busy machine does not use up.
+    The step passes (``continue_task``) when every test is accepted.
+    """
+
+    type: Literal["tests"] = "tests"
+    language: Language | Literal["auto"] = "auto"
+    """One of ``python``, ``c``, ``cpp``, ``java``, ``go``, ``rust``, ``javascript``,
+    ``bash``; ``auto`` takes it from the code block's fence (or the file's extension)."""
+    source: str = "transcript"
+    """``transcript``, or the path of the program's file inside the submission."""
+    tests: list[TestCase] | None = None
+    """The test cases; or ``tests_file``."""
+    tests_file: str | None = None
+    """A JSONL file of test cases (one ``{"stdin", "stdout"}`` per line): a path below a
+    folder of ``tasks`` (``tasks/my_task/tests.jsonl``), or ``{submission_dir}/...``."""
+    compare: Compare = "tokens"
+    """``tokens``, ``exact``, ``{"float_tolerance": 1e-6}`` or ``{"checker": [...]}``."""
+    time_limit_s: float = Field(default=2.0, gt=0, le=600)
+    """CPU seconds per test; the wall clock is capped at three times that, plus a second."""
+    memory_limit_mb: int = Field(default=256, ge=8, le=65536)
+    """Memory per test (the program and all it starts); Java's heap gets it all."""
+    scoring: Literal["fraction", "all_or_nothing"] = "fraction"
+    """``fraction``: tests accepted / tests; ``all_or_nothing``: 1 when all are, else 0."""
+    stop_at_first_failure: bool = False
+    """Stop at the first test not accepted; those after it are ``SKIPPED``."""
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _canonical(cls, language: Any) -> Any:
+        return language_named(language)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, source: str) -> str:
+        if source == "transcript":
+            return source
+        pure = PurePosixPath(source)
+        if not source or pure.is_absolute() or ".." in pure.parts or pure.name in ("", "."):
+            raise ValueError(
+                'source is "transcript" or a file\'s path inside the submission (relative, '
+                f"without '..'), not {source!r}"
+            )
+        return source
+
+    @field_validator("tests")
+    @classmethod
+    def _some_tests(cls, tests: list[TestCase] | None) -> list[TestCase] | None:
+        if tests is not None and not tests:
+            raise ValueError("a tests judge needs at least one test case")
+        return tests
+
+    @field_validator("tests_file")
+    @classmethod
+    def _tests_file(cls, path: str | None) -> str | None:
+        if path is None:
+            return path
+        pure = PurePosixPath(path.replace("{submission_dir}", "/submission"))
+        if ".." in pure.parts or not pure.name:
+            raise ValueError(f"tests_file must name a file, without '..': {path!r}")
+        if pure.is_absolute() and not path.startswith("{submission_dir}/"):
+            raise ValueError(
+                "tests_file is a path below a folder of tasks (tasks/my_task/tests.jsonl) or "
+                f"in the submission ({{submission_dir}}/tests.jsonl), not {path!r}"
+            )
+        return path
+
+    @model_validator(mode="after")
+    def _tests_or_file(self) -> TestsJudge:
+        if (self.tests is None) == (self.tests_file is None):
+            raise ValueError('a tests judge needs either "tests" or "tests_file", not both')
+        return self
+
+
 class AllJudge(_JudgeBase):
     """``a & b``: runs judges in order, stops at the first that fails, returns that one's verdict.
 
@@ -315,6 +398,7 @@ JudgeSpec = Annotated[
     | RegexJudge
     | AlwaysPassJudge
     | CustomJudge
+    | TestsJudge
     | AllJudge
     | AnyJudge,
     Field(discriminator="type"),

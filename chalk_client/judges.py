@@ -21,14 +21,17 @@ from chalk_client.judge_specs import (
     JudgeSpec,
     RegexJudge,
     RubricJudge,
+    TestsJudge,
     TextContext,
     TranscriptContext,
 )
+from chalk_client.program_tests import Checker, FloatTolerance, TestCase
 
 __all__ = [
     "AllJudge",
     "AlwaysPassJudge",
     "AnyJudge",
+    "Checker",
     "ContextSpec",
     "Criterion",
     "CustomContext",
@@ -36,12 +39,15 @@ __all__ = [
     "ExecutableJudge",
     "FileContext",
     "FinalMessageContext",
+    "FloatTolerance",
     "Judge",
     "JudgeSpec",
     "RegexJudge",
     "RubricContext",
     "RubricJudge",
     "StudentMisbehaviorError",
+    "TestCase",
+    "TestsJudge",
     "TextContext",
     "TranscriptContext",
     "register_context",

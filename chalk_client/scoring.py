@@ -59,6 +59,66 @@ class ZeroCause(StrEnum):
     """A scoring script that ran well and wrote a score of 0."""
     CUSTOM_ZERO = "custom_zero"
     """A custom judge that returned 0 without a cause of its own."""
+    COMPILE_ERROR = "compile_error"
+    """A tests judge's program did not compile: every test ``CE``."""
+    FAILED_TESTS = "failed_tests"
+    """A tests judge's program passed none of its tests (``all_or_nothing``: not all)."""
+
+
+class Verdict(StrEnum):
+    """What became of one test of a ``tests`` judge."""
+
+    ACCEPTED = "AC"
+    """The output is the expected one."""
+    WRONG_ANSWER = "WA"
+    """It is not."""
+    PRESENTATION_ERROR = "PE"
+    """The right answer, laid out otherwise than required (``exact``, or a checker's 2)."""
+    TIME_LIMIT = "TLE"
+    """More CPU time than the limit, or still running at the wall-clock cap twice."""
+    MEMORY_LIMIT = "MLE"
+    """More memory than the limit (killed by it, or out of memory in Java or Python)."""
+    RUNTIME_ERROR = "RE"
+    """Exited with a status other than 0, or killed by a signal."""
+    OUTPUT_LIMIT = "OLE"
+    """Wrote more than the output limit; stopped there."""
+    COMPILE_ERROR = "CE"
+    """The program did not compile, so no test ran."""
+    SKIPPED = "SKIPPED"
+    """Not run: an earlier test failed and the judge stops at the first failure."""
+
+
+class TestResult(BaseModel):
+    """One test of a ``tests`` judge: its verdict and what the program used."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    verdict: Verdict
+    cpu_s: float | None = None
+    """CPU seconds of the program and everything it started (``None``: not run or not
+    measured)."""
+    wall_s: float | None = None
+    """Wall-clock seconds of the run."""
+    memory_mb: float | None = None
+    """Peak memory of the program and its processes, in MiB."""
+    exit_code: int | None = None
+    """The program's exit status; negative: killed by that signal."""
+    retried: bool = False
+    """It reached the wall-clock cap within its CPU limit (a busy machine) and ran again."""
+    detail: str | None = None
+    """A word on the verdict: the signal, the checker's message, where the outputs differ."""
+
+
+class CompileResult(BaseModel):
+    """How a ``tests`` judge's program compiled (compiled languages only)."""
+
+    ok: bool
+    seconds: float
+    """Wall-clock seconds of the compile (0 when it came from the cache)."""
+    stderr: str = ""
+    """The compiler's messages, capped."""
+    cached: bool = False
+    """The same source, compiler and flags were compiled before: that build was used."""
 
 
 class Scoring(BaseModel):
@@ -81,6 +141,12 @@ class Scoring(BaseModel):
     cause: ZeroCause | None = None
     """Why the score is 0 (or why the step failed), set by the judge that decided it;
     ``None`` for other scores. Results written before causes existed have none."""
+
+    tests: list[TestResult] | None = None
+    """A ``tests`` judge's verdict on each test, in order (``None`` for other judges)."""
+
+    compile: CompileResult | None = None
+    """How a ``tests`` judge's program compiled (``None``: not a compiled language)."""
 
     @field_validator("score")
     @classmethod

@@ -275,10 +275,30 @@ class RunSettings(BaseSettings):
     _split_task_modules = field_validator("task_modules", mode="before")(_split_list)
 
 
+class ProgramSettings(BaseSettings):
+    """How ``tests`` judges build and run programs: compilers' limits, outputs, the build cache."""
+
+    model_config = _CONFIG
+
+    compile_wall_s: float = Field(default=60.0, gt=0)
+    """Wall-clock seconds a compile may take; past it, the program does not compile (CE)."""
+    compile_cpu_s: float = Field(default=30.0, gt=0)
+    """CPU seconds each compiler process may use."""
+    compile_memory_mb: int = Field(default=2048, ge=64)
+    """Memory of a compile, the compiler and all it starts (MiB)."""
+    program_output_mb: int = Field(default=64, ge=1)
+    """Output a program may write to stdout in one test; past it, the test is ``OLE``."""
+    build_cache_mb: int = Field(default=512, ge=0)
+    """Programs built, kept on the worker by their source, compiler and flags, so the same
+    program is not compiled twice; 0 keeps none."""
+
+
 _Part = TypeVar("_Part", bound=BaseSettings)
 
 
-class ChalkSettings(StoreSettings, LLMSettings, SandboxSettings, LimitSettings, RunSettings):
+class ChalkSettings(
+    StoreSettings, LLMSettings, SandboxSettings, LimitSettings, ProgramSettings, RunSettings
+):
     """Every setting, from ``CHALK_*`` environment variables: the parts above, together."""
 
     model_config = _CONFIG

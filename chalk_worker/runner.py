@@ -31,6 +31,7 @@ from chalk_client.judge_specs import (
     ExecutableJudge,
     JudgeSpec,
     RegexJudge,
+    TestsJudge,
 )
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
@@ -99,7 +100,7 @@ def _saved_submissions(
 
 
 def _uses_files(judge: JudgeSpec) -> bool:
-    if isinstance(judge, ExecutableJudge):
+    if isinstance(judge, (ExecutableJudge, TestsJudge)):
         return True
     if isinstance(judge, (AllJudge, AnyJudge)):
         return any(_uses_files(part) for part in judge.judges)
@@ -124,7 +125,7 @@ def _folder_on_first_script(job: ScoringJob, archive_file: Path | None) -> bool:
     """
     if job.submission is not None or archive_file is not None:
         return False
-    allowed = (ExecutableJudge, RegexJudge, AlwaysPassJudge, AllJudge, AnyJudge)
+    allowed = (ExecutableJudge, TestsJudge, RegexJudge, AlwaysPassJudge, AllJudge, AnyJudge)
     return all(
         isinstance(judge, allowed) for step in job.scored_steps() for judge in _judges(step.judge)
     )

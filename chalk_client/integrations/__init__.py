@@ -6,13 +6,10 @@ framework: ``Sample`` (one rollout as a framework hands it over), the
 submission builders, and ``SampleScorer``, the engine under each of them.
 """
 
+from chalk_client.code_blocks import extract_code_block
 from chalk_client.integrations.samples import Sample, default_transcript
 from chalk_client.integrations.scorer import SampleScorer
-from chalk_client.integrations.submissions import (
-    CodeBlockSubmission,
-    TextSubmission,
-    extract_code_block,
-)
+from chalk_client.integrations.submissions import CodeBlockSubmission, TextSubmission
 
 __all__ = [
     "CodeBlockSubmission",

@@ -10,48 +10,18 @@ and returning a ``Submission`` (or ``None`` for no files) does as well.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from chalk_client.code_blocks import extract_code_block
 from chalk_client.errors import InvalidJobError
 from chalk_client.integrations.samples import Sample
 from chalk_client.submission import Submission
 
 SubmissionBuilder = Callable[[Sample], Submission | None]
 """Builds a sample's submission; ``None`` means the job has no files."""
-
-_FENCE = re.compile(
-    r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
-    r"(?P<body>.*?)"
-    r"^(?P=indent)(?P=fence)[ \t]*$",
-    re.MULTILINE | re.DOTALL,
-)
-_ALIASES = {"python": {"python", "py", "python3"}}
-
-
-def extract_code_block(text: str, language: str | None = "python") -> str | None:
-    """The last complete fenced code block of ``text`` (Markdown ``````` or ``~~~``).
-
-    With ``language``, blocks tagged with it (``python`` also takes ``py`` and
-    ``python3``) come first, then untagged ones; blocks tagged with another
-    language are skipped. With ``language=None``, the last block of any kind.
-    ``None`` when there is no such block (an unclosed fence does not count).
-    """
-    blocks = [
-        (match["info"].strip().split(" ")[0].lower(), match["body"])
-        for match in _FENCE.finditer(text)
-    ]
-    if language is None:
-        return blocks[-1][1] if blocks else None
-    names = _ALIASES.get(language.lower(), {language.lower()})
-    tagged = [body for info, body in blocks if info in names]
-    if tagged:
-        return tagged[-1]
-    untagged = [body for info, body in blocks if not info]
-    return untagged[-1] if untagged else None
 
 
 def _relative(path: str) -> str:

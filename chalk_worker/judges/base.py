@@ -75,6 +75,7 @@ MODULES = {
     "executable": "executable",
     "regex": "regex",
     "rubric": "rubric",
+    "tests": "tests",
 }
 """The module of ``chalk_worker.judges`` that registers each judge type's evaluator."""
 

@@ -229,7 +229,9 @@ def render_bwrap(bwrap: str, entries: Sequence[ViewEntry], chdir: Path) -> list[
         elif kind in ("ro", "rw"):
             argv += ["--ro-bind" if kind == "ro" else "--bind", path, path]
         elif kind == "tmpfs":
-            argv += ["--size", detail, "--tmpfs", path]
+            # /tmp open to all and sticky, as a /tmp is (the run's own): its user writes there.
+            perms = ["--perms", "1777"] if path == "/tmp" else []
+            argv += ["--size", detail, *perms, "--tmpfs", path]
         else:
             argv += [f"--{kind}", path]
     return [*argv, "--chdir", str(chdir), "--"]

@@ -286,6 +286,53 @@ class SlotCgroups:
             return _read_counter(f"{memory}/memory.events", "oom_kill")
         return _read_counter(f"{memory}/memory.oom_control", "oom_kill")
 
+    def cpu_usage_s(self) -> float | None:
+        """CPU seconds every process of the slot has used so far (the cgroup2 group's
+        ``cpu.stat``, kept without the cpu controller); ``None`` where there is none."""
+        if self._kill is None:
+            return None
+        try:
+            return _read_counter(f"{self._kill}/cpu.stat", "usage_usec") / 1e6
+        except OSError:
+            return None
+
+    def reset_memory_peak(self) -> bool:
+        """Start the slot's peak memory afresh (its groups made where missing); ``False``
+        where the kernel cannot."""
+        if not self._ensured:
+            self.ensure()
+        memory = self._memory
+        if memory is None:
+            return False
+        name = "memory.peak" if self.support.memory_v2 else "memory.max_usage_in_bytes"
+        try:
+            _write(f"{memory}/{name}", "0")
+        except OSError:  # memory.peak is writable from Linux 6.12
+            return False
+        return True
+
+    def memory_bytes(self) -> int | None:
+        """The memory charged to the slot now (files it cached included)."""
+        memory = self._memory
+        if memory is None:
+            return None
+        name = "memory.current" if self.support.memory_v2 else "memory.usage_in_bytes"
+        try:
+            return int(_read(f"{memory}/{name}").strip())
+        except (OSError, ValueError):
+            return None
+
+    def memory_peak_bytes(self) -> int | None:
+        """The most memory the slot's processes held together since the last reset."""
+        memory = self._memory
+        if memory is None:
+            return None
+        name = "memory.peak" if self.support.memory_v2 else "memory.max_usage_in_bytes"
+        try:
+            return int(_read(f"{memory}/{name}").strip())
+        except (OSError, ValueError):
+            return None
+
     def kill_all(self) -> bool:
         """Kill every process in the slot at once; ``False`` when no kill switch exists here."""
         if self._kill is None:

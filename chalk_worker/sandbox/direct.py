@@ -12,6 +12,7 @@ session calls it after a run on a fork server too.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,13 +46,15 @@ def run_direct(
     slot: Slot | None,
     cgroups: SlotCgroups | None,
     hide: Path | None = None,
+    stdin: Path | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` in a sandbox of its own and wait for it; kill all it left behind.
 
     ``env`` carries the run's token (``TOKEN_VARIABLE``). Under bubblewrap the
     run sees ``readonly`` (the allowlisted paths and the job's own) and may
     write only to ``scratch``; ``slot`` is the user it runs as, ``cgroups`` the
-    groups that hold it, where the machine has them.
+    groups that hold it, where the machine has them. ``stdin``: a file it
+    reads as stdin (opened here), else it reads nothing.
     """
     started = time.monotonic()
     token = env[TOKEN_VARIABLE]
@@ -75,12 +78,14 @@ def run_direct(
         cgroups.prepare(limits.memory_bytes, limits.processes)
         oom_before = cgroups.oom_kills()
     fds = cgroups.open_for_join() if cgroups is not None else []
+    stdin_file = None
     try:
+        stdin_file = open(stdin, "rb") if stdin is not None else None  # noqa: SIM115
         process = subprocess.Popen(
             full,
             cwd=popen_cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -100,8 +105,19 @@ def run_direct(
     finally:
         if cgroups is not None:
             cgroups.close_join()
+        if stdin_file is not None:
+            stdin_file.close()
     assert process.stdout is not None and process.stderr is not None
-    out = Capture(process.stdout, limits.output_bytes)  # type: ignore[arg-type]
+    overflowed = threading.Event()
+
+    def overflow() -> None:  # stdout past its cap: the run ends here (OLE)
+        overflowed.set()
+        kill_everything(process.pid, cgroups, uid, None if layers.bwrap else token)
+
+    if limits.stdout_bytes is None:
+        out = Capture(process.stdout, limits.output_bytes)  # type: ignore[arg-type]
+    else:
+        out = Capture(process.stdout, limits.stdout_bytes, overflow)  # type: ignore[arg-type]
     err = Capture(process.stderr, limits.output_bytes)  # type: ignore[arg-type]
     timed_out = not wait_exit(process, limits.wall_s)
     leftovers = kill_everything(process.pid, cgroups, uid, None if layers.bwrap else token)
@@ -113,11 +129,13 @@ def run_direct(
         # bubblewrap reports a child killed by signal N as exit status 128 + N.
         maybe_signal=bool(layers.bwrap) and 128 < returncode <= 128 + 64,
         timed_out=timed_out,
-        stdout=out.text(wait_s=5.0),
+        stdout=out.text(wait_s=5.0, shown=limits.output_bytes),
         stderr=err.text(wait_s=5.0),
         duration_s=time.monotonic() - started,
         memory_exceeded=memory_exceeded,
         leftovers_killed=leftovers,
+        output=bytes(out.buffer.kept),
+        output_exceeded=overflowed.is_set(),
     )
 
 

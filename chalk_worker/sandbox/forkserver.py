@@ -15,7 +15,8 @@ run at a time and never runs job code itself:
 - when a run comes, the spare gets the request and becomes the **program**: it
   joins the slot's cgroups, takes a cgroup namespace, adds the job's submission,
   scratch and named paths (handed over as detached mounts) to its root, chroots
-  into it, and becomes the command: stdin ``/dev/null``, stdout
+  into it, and becomes the command: stdin ``/dev/null`` (or a file the worker
+  opened), stdout
   and stderr on the worker's pipes, working folder, umask, rlimits, the slot's
   uid and gid with no groups and no capabilities, the user keyring emptied;
   then ``execvp`` (a cold run) or, for ``{python}`` commands, the cold
@@ -40,8 +41,9 @@ Protocol on the ``SOCK_SEQPACKET`` socket (the worker is the only peer):
    server: ``{"ready": true, "warm": ..., "note": ...}``, then ``{"spare": true}``
    with the next spare's socket.
 2. per run, worker, on that spare's socket (then closed): ``run`` with
-   descriptors: the request (a memory file), the stdout and stderr pipes, each
-   cgroup's ``cgroup.procs``, each detached mount; server, once the program has
+   descriptors: the request (a memory file), the stdout and stderr pipes, the
+   stdin file when the request says so, each cgroup's ``cgroup.procs``, each
+   detached mount; server, once the program has
    ended: ``{"start": ..., "end": ...}``, how it started (``""`` when the
    program ran, ``cold: why``, ``exec: errno``, ``setup: what failed``) and its
    wait status as text; then ``{"spare": true}`` with the next spare's socket.
@@ -315,16 +317,17 @@ def _become_program(
         request = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
         count = request["cgroups"]
         stdout, stderr = fds[1], fds[2]
-        for fd in fds[3 : 3 + count]:
+        first = 4 if request.get("stdin") else 3  # the cgroup files follow stdin, if sent
+        for fd in fds[first : first + count]:
             os.write(fd, b"0")  # 0: the writer itself; its children follow
         syscalls.unshare(syscalls.CLONE_NEWCGROUP)  # its root: the slot's groups
-        runroot.finish_root(plan, request, fds[3 + count :])
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
+        runroot.finish_root(plan, request, fds[first + count :])
+        stdin = fds[3] if first == 4 else os.open("/dev/null", os.O_RDONLY)
+        os.dup2(stdin, 0)
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
         # Nothing root opened stays open once used (cgroup.procs files, mounts, the request).
-        for fd in {null, *fds} - {0, 1, 2}:
+        for fd in {stdin, *fds} - {0, 1, 2}:
             os.close(fd)
         os.umask(request["umask"])
         os.chdir(request["cwd"])

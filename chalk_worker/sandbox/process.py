@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import resource
 import select
@@ -43,6 +44,18 @@ class ProcessLimits:
     open_files: int = 1024
     output_bytes: int = 64 * 1024
     """Bytes of stdout and of stderr kept."""
+    cpu_s: float | None = None
+    """CPU seconds of each process (``RLIMIT_CPU``, whole seconds, rounded up); ``None``:
+    the wall-clock limit's worth and five more."""
+    stdout_bytes: int | None = None
+    """Stdout kept up to this many bytes, and the run ended when it writes more
+    (``output_exceeded``); ``None``: kept up to ``output_bytes``, the rest counted."""
+
+    @property
+    def cpu_rlimit(self) -> tuple[int, int]:
+        """The ``RLIMIT_CPU`` of a run: soft (SIGXCPU), hard (SIGKILL)."""
+        soft = int(self.wall_s) + 5 if self.cpu_s is None else max(1, math.ceil(self.cpu_s))
+        return soft, soft + 1
 
 
 @dataclass(frozen=True)
@@ -67,36 +80,51 @@ class ProcessOutcome:
     started: str = "direct"
     """How the run started: ``warm`` (forked interpreter), ``forked`` (executed from a
     fork server) or ``direct`` (its own bubblewrap, or none)."""
+    output: bytes = b""
+    """Stdout's kept bytes, undecoded."""
+    output_exceeded: bool = False
+    """It wrote more than ``ProcessLimits.stdout_bytes`` and was ended for it."""
 
 
 class CappedBuffer:
-    """The first ``limit`` bytes of a stream, and a count of the rest."""
+    """The first ``limit`` bytes of a stream, and a count of the rest.
 
-    def __init__(self, limit: int) -> None:
+    ``overflow`` is called (once) when a byte beyond ``limit`` comes.
+    """
+
+    def __init__(self, limit: int, overflow: Callable[[], object] | None = None) -> None:
         self.limit = limit
         self.kept = bytearray()
         self.dropped = 0
+        self.overflow = overflow
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits of ``chunk``; count the rest."""
         room = self.limit - len(self.kept)
         if room > 0:
             self.kept += chunk[:room]
-        self.dropped += max(0, len(chunk) - max(room, 0))
+        extra = max(0, len(chunk) - max(room, 0))
+        if extra and not self.dropped and self.overflow is not None:
+            self.overflow()
+        self.dropped += extra
 
-    def text(self) -> str:
-        """What was kept, decoded, with a note of how much was dropped."""
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.dropped:
-            text += f"\n[... {self.dropped} more bytes not kept]"
+    def text(self, shown: int | None = None) -> str:
+        """What was kept (its first ``shown`` bytes), decoded, with a note of the rest."""
+        kept = self.kept if shown is None or shown >= len(self.kept) else self.kept[:shown]
+        text = kept.decode("utf-8", errors="replace")
+        rest = self.dropped + len(self.kept) - len(kept)
+        if rest:
+            text += f"\n[... {rest} more bytes not kept]"
         return text
 
 
 class Capture:
     """Drain a pipe in a thread, keeping only its first ``limit`` bytes."""
 
-    def __init__(self, pipe: BufferedReader, limit: int) -> None:
-        self.buffer = CappedBuffer(limit)
+    def __init__(
+        self, pipe: BufferedReader, limit: int, overflow: Callable[[], object] | None = None
+    ) -> None:
+        self.buffer = CappedBuffer(limit, overflow)
         self._pipe = pipe
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
@@ -106,10 +134,10 @@ class Capture:
             while chunk := self._pipe.read1(65536):
                 self.buffer.feed(chunk)
 
-    def text(self, wait_s: float) -> str:
-        """What was kept, decoded, with a note of how much was dropped."""
+    def text(self, wait_s: float, shown: int | None = None) -> str:
+        """What was kept (its first ``shown`` bytes), decoded, with a note of the rest."""
         self._thread.join(wait_s)
-        return self.buffer.text()
+        return self.buffer.text(shown)
 
 
 def child_setup(
@@ -124,7 +152,7 @@ def child_setup(
     plain system calls: the worker has threads, and the child must not take a
     lock one of them holds.
     """
-    cpu_s = int(limits.wall_s) + 5
+    cpu_rlimit = limits.cpu_rlimit
     libc = ctypes.CDLL(None, use_errno=True) if drop_here else None
 
     def prepare() -> None:
@@ -134,7 +162,7 @@ def child_setup(
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files,) * 2)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_CPU, cpu_rlimit)
         if uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
             # The keyring is the real uid's: be the slot user for a moment (saved uid 0).

@@ -83,7 +83,8 @@ def build_root(plan: list[Step]) -> None:
             proc_flags = flags | syscalls.MS_NOEXEC
             syscalls.mount("proc", target, "proc", proc_flags, "hidepid=invisible")
         elif action == "tmpfs":  # its size is the run's: set again by finish_root
-            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=1m")
+            # Sticky and open to all, as a /tmp is: the run's own, its user writes there.
+            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=1777,size=1m")
 
 
 def prefault_finish_root() -> None:
@@ -120,7 +121,7 @@ def _hide(target: str) -> None:
 def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
     """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
-    size = f"mode=0755,size={request['tmp_bytes']}"
+    size = f"mode=1777,size={request['tmp_bytes']}"
     for action, target, _ in plan:
         if action == "tmpfs":
             syscalls.mount(None, target, None, syscalls.MS_REMOUNT | flags, size)

@@ -40,12 +40,11 @@ DRAIN_AFTER_END_S = 5.0
 
 def _rlimits(limits: ProcessLimits) -> list[tuple[int, int, int]]:
     """The rlimits of a run, as the cold path's ``child_setup`` sets them."""
-    cpu_s = int(limits.wall_s) + 5
     return [
         (resource.RLIMIT_CORE, 0, 0),
         (resource.RLIMIT_FSIZE, limits.file_size_bytes, limits.file_size_bytes),
         (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+        (resource.RLIMIT_CPU, *limits.cpu_rlimit),
         (resource.RLIMIT_NPROC, limits.processes, limits.processes),
     ]
 
@@ -71,6 +70,9 @@ class RunSpec:
     the paths the command names."""
     hide: Path | None = None
     """A folder shown empty (a fresh tmpfs) under the run's own paths inside it."""
+    stdin: Path | None = None
+    """A file the command reads as its stdin (``None``: empty). Opened by the worker:
+    the run needs no view of it."""
 
 
 def run_served(
@@ -97,6 +99,7 @@ def run_served(
         "hide": str(spec.hide) if spec.hide is not None else None,
         "cgroups": 0,
         "python": python.to_json() if python is not None else None,
+        "stdin": spec.stdin is not None,
     }
     oom_before = 0
     if cgroups is not None:
@@ -105,10 +108,14 @@ def run_served(
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     sent = [out_w, err_w]
+    own = len(sent)  # the pipes' ends and stdin: closed here once sent
     try:
+        if spec.stdin is not None:
+            sent.append(os.open(spec.stdin, os.O_RDONLY | os.O_CLOEXEC))
+            own = len(sent)
         if cgroups is not None:
             sent += cgroups.open_for_join()
-            request["cgroups"] = len(sent) - 2
+            request["cgroups"] = len(sent) - own
         sent += detached_mounts(present)
         server.start_run(request, sent)
     except BaseException:
@@ -116,11 +123,11 @@ def run_served(
         os.close(err_r)
         raise
     finally:
-        for fd in sent[:2] + sent[2 + request["cgroups"] :]:
+        for fd in sent[:own] + sent[own + request["cgroups"] :]:
             os.close(fd)
         if cgroups is not None:
             cgroups.close_join()
-    watch = _Watch(server, out_r, err_r, limits.output_bytes)
+    watch = _Watch(server, out_r, err_r, limits)
     reply, timed_out = watch.follow(started + limits.wall_s, spec.slot, cgroups)
     start, status = reply.start, reply.status
     if start.startswith("cold:"):
@@ -132,7 +139,7 @@ def run_served(
         return ProcessOutcome(
             returncode=None,
             timed_out=False,
-            stdout=watch.out.text(),
+            stdout=watch.out.text(limits.output_bytes),
             stderr=watch.err.text(),
             duration_s=time.monotonic() - started,
             start_error=f"could not start {argv[0]!r}: {os.strerror(errno)}",
@@ -141,21 +148,31 @@ def run_served(
     return ProcessOutcome(
         returncode=wait_status_code(status),
         timed_out=timed_out,
-        stdout=watch.out.text(),
+        stdout=watch.out.text(limits.output_bytes),
         stderr=watch.err.text(),
         duration_s=time.monotonic() - started,
         memory_exceeded=cgroups is not None and cgroups.oom_kills() > oom_before,
         started="warm" if python is not None else "forked",
+        output=bytes(watch.out.kept),
+        output_exceeded=watch.overflowed,
     )
 
 
 class _Watch:
     """Follows one run: drains its pipes, reads the server's reports, enforces the clock."""
 
-    def __init__(self, server: ForkServer, out_r: int, err_r: int, limit: int) -> None:
+    slot: Slot
+    cgroups: SlotCgroups | None = None
+
+    def __init__(self, server: ForkServer, out_r: int, err_r: int, limits: ProcessLimits) -> None:
         self.server = server
-        self.out = CappedBuffer(limit)
-        self.err = CappedBuffer(limit)
+        self.overflowed = False
+        """Stdout went past ``limits.stdout_bytes``: the run is ended at once."""
+        if limits.stdout_bytes is None:
+            self.out = CappedBuffer(limits.output_bytes)
+        else:
+            self.out = CappedBuffer(limits.stdout_bytes, overflow=self._overflow)
+        self.err = CappedBuffer(limits.output_bytes)
         self.pipes = {out_r: self.out, err_r: self.err}
         self.poll = select.poll()
         for fd in (out_r, err_r, server.socket_fd):
@@ -180,6 +197,7 @@ class _Watch:
         """
         reply: ServerReply | None = None
         timed_out = False
+        self.slot, self.cgroups = slot, cgroups
         try:
             while reply is None or self.pipes:
                 wait_s = deadline - time.monotonic()
@@ -209,3 +227,10 @@ class _Watch:
             self.pipes.clear()
         assert reply is not None
         return reply, timed_out
+
+    def _overflow(self) -> None:
+        """End the run: it wrote more than it may (its report comes as for any end)."""
+        self.overflowed = True
+        if self.cgroups is not None and self.cgroups.kill_all():
+            return
+        sweep(lambda: processes_of(self.slot.uid))

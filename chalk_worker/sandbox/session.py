@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
@@ -44,6 +45,19 @@ from chalk_worker.sandbox.slots import Slot, SlotPool
 from chalk_worker.workdirs import PREFIX, in_memory_area
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotUsage:
+    """What the processes of a session's slot have used, as its cgroups count it."""
+
+    cpu_s: float | None
+    """CPU seconds so far, of every process the slot ever held (take differences)."""
+    memory_bytes: int | None
+    """Memory charged to the slot now: what its processes hold, and files it read or
+    wrote that the kernel still caches (a compiler's libraries, say)."""
+    memory_peak_bytes: int | None
+    """The most memory charged to it at once since ``start_measuring``."""
 
 
 class SandboxSession:
@@ -106,11 +120,14 @@ class SandboxSession:
         limits: ProcessLimits,
         readonly: Sequence[Path] = (),
         python: PythonCommand | None = None,
+        stdin: Path | None = None,
     ) -> ProcessOutcome:
         """Run ``argv`` contained and wait for it; kill all it left behind.
 
         ``python``: the command is ``{python}`` with this program, and may run
         warm (forked from a started interpreter) where the sandbox offers it.
+        ``stdin``: a file the command reads as its stdin (the worker opens it:
+        the run needs no view of it); else it reads nothing.
         """
         if not _startable(argv[0], cwd, env.get("PATH")):
             return ProcessOutcome(
@@ -132,6 +149,7 @@ class SandboxSession:
                 cgroups=self.sandbox.cgroups_for(self.slot),
                 mounts=[*((path, True) for path in readonly), (self.scratch, False)],
                 hide=self._hidden(readonly),
+                stdin=stdin,
             )
             try:
                 outcome = self._run_served(spec, python)
@@ -158,7 +176,23 @@ class SandboxSession:
             slot=self.slot,
             cgroups=self.sandbox.cgroups_for(self.slot) if self.slot else None,
             hide=self._hidden(readonly),
+            stdin=stdin,
         )
+
+    def start_measuring(self) -> None:
+        """Start the peak memory of the slot's processes afresh (before a run)."""
+        cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None
+        if cgroups is not None:
+            cgroups.reset_memory_peak()
+
+    def usage(self) -> SlotUsage:
+        """The CPU seconds the slot's processes have used so far, the memory charged to
+        it now and its peak since ``start_measuring``; ``None`` for what this machine
+        cannot tell."""
+        cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None
+        if cgroups is None:
+            return SlotUsage(None, None, None)
+        return SlotUsage(cgroups.cpu_usage_s(), cgroups.memory_bytes(), cgroups.memory_peak_bytes())
 
     def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
         """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""

@@ -1,0 +1,410 @@
+"""One program's stay in the sandbox: built once, then run on each test, checked if asked.
+
+A ``ProgramRunner`` holds one sandbox session (a slot, a scratch folder) for the
+whole job. In the scratch folder:
+
+- ``home/``: where the compiler works (the slot's user may write), emptied of
+  all but the build afterwards;
+- ``build/``: the program as built (or as the build cache had it), owned by
+  root: runs read and execute it, and cannot change it for the tests after;
+- ``run/``: each test's working folder and ``HOME``, made afresh per test;
+- ``check/``: a checker's three files, there only while the checker runs.
+
+A test's input is handed to the program as its stdin from a memory file of the
+worker's (the run has no view of it), and its stdout comes back through a
+pipe, up to ``CHALK_PROGRAM_OUTPUT_MB``. CPU time and peak memory are the
+slot's cgroups' counts over the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chalk_client.judge_specs import TestsJudge
+from chalk_client.program_tests import CHECKER_FILES, Checker, TestCase
+from chalk_client.scoring import CompileResult, TestResult, Verdict
+from chalk_client.settings import ChalkSettings, ResolvedLimits
+from chalk_worker.judges.programs.builds import MAX_FILES, BuildCache, build_key
+from chalk_worker.judges.programs.compare import compare_outputs
+from chalk_worker.judges.programs.languages import Toolchain, java_main_class
+from chalk_worker.sandbox.environment import script_env
+from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
+from chalk_worker.sandbox.pycommand import PythonCommand, parse_python_command
+from chalk_worker.sandbox.session import SandboxSession
+
+MiB = 1024 * 1024
+COMPILER_MESSAGES_SHOWN = 8 * 1024
+"""Bytes of the compiler's messages kept in the result."""
+DETAIL_SHOWN = 300
+"""Characters of a checker's message kept as a test's detail."""
+CHECKER_WALL_S = 60.0
+"""Wall-clock seconds a checker may take for one test."""
+
+
+def wall_cap(time_limit_s: float) -> float:
+    """The wall-clock cap of a test: three times its CPU limit, and a second more."""
+    return 3 * time_limit_s + 1
+
+
+class CheckerFailed(Exception):
+    """Raised when a checker misbehaves (crashes, times out, answers neither 0, 1 nor 2):
+    the grader's failure, not the student's."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """The program, ready to run: its command, and how its build went."""
+
+    argv: list[str]
+    result: CompileResult | None
+    """``None`` for a language that does not compile."""
+
+
+class ProgramRunner:
+    """Builds one program in ``session`` and runs it on test cases."""
+
+    def __init__(
+        self,
+        session: SandboxSession,
+        toolchain: Toolchain,
+        judge: TestsJudge,
+        settings: ChalkSettings,
+        limits: ResolvedLimits,
+        cache: BuildCache | None,
+    ) -> None:
+        self.session = session
+        self.toolchain = toolchain
+        self.spec = toolchain.spec
+        self.judge = judge
+        self.settings = settings
+        self.limits = limits
+        self.memory_mb = min(judge.memory_limit_mb, settings.max_memory_mb)
+        self.cache = cache
+        self.build_dir = session.scratch / "build"
+        self.run_dir = session.scratch / "run"
+        self.env = self._environment()
+        self._stdin = os.memfd_create("chalk-test-input", os.MFD_CLOEXEC)
+        self.main_class = ""
+        self.checker_paths: list[Path] = []
+        """Read-only paths a checker's command needs (the submission, paths it names)."""
+
+    def close(self) -> None:
+        """Let go of what the runner holds outside the session (its input file)."""
+        os.close(self._stdin)
+
+    def _environment(self) -> dict[str, str]:
+        home = str(self.session.home)
+        env = script_env(
+            self.session.home, self.session.sandbox.layers.bwrap is not None, own_python=True
+        )
+        env.update({name: value.replace("{home}", home) for name, value in self.spec.env.items()})
+        return env
+
+    def _fill(self, words: tuple[str, ...], source: str) -> list[str]:
+        values = {
+            **{f"{{{tool}}}": path for tool, path in self.toolchain.paths.items()},
+            "{source}": source,
+            "{build}": str(self.build_dir),
+            "{main}": self.main_class,
+            "{memory_mb}": str(self.memory_mb),
+        }
+        filled = []
+        for word in words:
+            for name, value in values.items():
+                word = word.replace(name, value)
+            filled.append(word)
+        return filled
+
+    # -- building --------------------------------------------------------------------
+
+    def build(self, source: str) -> Built:
+        """Compile ``source`` once (or take its build from the cache) into ``build/``."""
+        name = self.spec.source_name
+        if self.spec.name == "java":
+            self.main_class = java_main_class(source)
+            name = f"{self.main_class}.java"
+        data = source.encode()
+        os.mkdir(self.build_dir, 0o755)
+        if self.spec.compile is None:
+            (self.build_dir / name).write_bytes(data)
+            self._close_home()
+            return Built(self._run_argv(name), None)
+        key = build_key([self.spec.name, self.toolchain.version, *self.spec.compile, name], data)
+        if self.cache is not None and self.cache.restore(key, self.build_dir):
+            self._close_home()
+            return Built(self._run_argv(name), CompileResult(ok=True, seconds=0.0, cached=True))
+        home = self.session.home
+        (home / name).write_bytes(data)
+        limits = ProcessLimits(
+            wall_s=self.settings.compile_wall_s,
+            file_size_bytes=self.limits.file_size_mb * MiB,
+            memory_bytes=self.settings.compile_memory_mb * MiB,
+            processes=self.limits.processes,
+            output_bytes=64 * 1024,
+            cpu_s=self.settings.compile_cpu_s,
+        )
+        started = time.monotonic()
+        outcome = self.session.run(
+            self._fill(self.spec.compile, name), cwd=home, env=self.env, limits=limits
+        )
+        seconds = round(time.monotonic() - started, 3)
+        problem = _compile_problem(outcome, limits)
+        messages = _capped(outcome.stderr or outcome.stdout, COMPILER_MESSAGES_SHOWN)
+        if problem is None:
+            problem = self._keep_outputs()
+        self._close_home()
+        if problem is not None:
+            text = f"{problem}\n{messages}".strip() if messages else problem
+            return Built([], CompileResult(ok=False, seconds=seconds, stderr=text))
+        if self.cache is not None:
+            self.cache.keep(key, self.build_dir, list(self.spec.outputs))
+        return Built(self._run_argv(name), CompileResult(ok=True, seconds=seconds, stderr=messages))
+
+    def _keep_outputs(self) -> str | None:
+        """Move the build from ``home/`` to ``build/`` (owned by root); why not, if it fails."""
+        for output in self.spec.outputs:
+            path = self.session.home / output
+            if not path.exists() or path.is_symlink():
+                return f"the compiler left no {output}"
+            try:
+                os.rename(path, self.build_dir / output)
+            except OSError as exc:
+                return f"the build could not be kept: {exc.strerror}"
+        count = 0
+        for folder, dirs, files in os.walk(self.build_dir):
+            for entry in [folder, *(os.path.join(folder, f) for f in files)]:
+                os.lchown(entry, 0, 0)
+            count += len(files) + len(dirs)
+            if count > MAX_FILES:
+                return f"the build has more than {MAX_FILES} files"
+        return None
+
+    def _close_home(self) -> None:
+        """Nothing of the compile stays where runs could write: tests cannot pass notes on."""
+        for folder in (self.session.home, self.session.output_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+            os.mkdir(folder, 0o755)
+
+    def _run_argv(self, source_name: str) -> list[str]:
+        return self._fill(self.spec.run, f"{self.build_dir}/{source_name}")
+
+    # -- running ---------------------------------------------------------------------
+
+    def run_test(self, argv: list[str], case: TestCase) -> TestResult:
+        """Run the program on one test; its verdict. A run still going at the wall-clock cap
+        within its CPU limit (the machine was busy, say) runs once more before it is a TLE."""
+        os.ftruncate(self._stdin, 0)
+        os.pwrite(self._stdin, case.stdin.encode(), 0)
+        result, outcome, measured = self._attempt(argv)
+        retried = result is None and outcome.timed_out
+        if retried:
+            result, outcome, measured = self._attempt(argv)
+            if result is None and outcome.timed_out:
+                result = self._wall_verdict(measured)
+        if result is None:
+            verdict, detail = self._compare(case, outcome)
+            result = TestResult(verdict=verdict, detail=detail, **measured)
+        return result.model_copy(update={"retried": True}) if retried else result
+
+    def _attempt(self, argv: list[str]) -> tuple[TestResult | None, ProcessOutcome, dict[str, Any]]:
+        """One run: its verdict when its end decides it (TLE, MLE, RE, OLE), else ``None``
+        (its output decides, or it reached the wall-clock cap); what it used."""
+        judge = self.judge
+        self._fresh_run_dir()
+        limits = ProcessLimits(
+            wall_s=wall_cap(judge.time_limit_s),
+            file_size_bytes=self.limits.file_size_mb * MiB,
+            memory_bytes=(self.memory_mb + self.spec.memory_overhead_mb) * MiB,
+            processes=self.limits.processes,
+            output_bytes=self.settings.output_bytes,
+            cpu_s=judge.time_limit_s,
+            stdout_bytes=self.settings.program_output_mb * MiB,
+        )
+        env = {**self.env, "HOME": str(self.run_dir)}
+        self.session.start_measuring()
+        before = self.session.usage()
+        outcome = self.session.run(
+            argv,
+            cwd=self.run_dir,
+            env=env,
+            limits=limits,
+            python=warm_form(argv, self.settings),
+            stdin=Path(f"/proc/self/fd/{self._stdin}"),
+        )
+        after = self.session.usage()
+        cpu = peak = None
+        if before.cpu_s is not None and after.cpu_s is not None:
+            cpu = round(max(0.0, after.cpu_s - before.cpu_s), 4)
+        if after.memory_peak_bytes is not None:
+            # Less what the slot held before the run: files the kernel still caches for it
+            # (a compiler's libraries, the build), not the program's memory.
+            peak = max(0, after.memory_peak_bytes - (before.memory_bytes or 0))
+        measured: dict[str, Any] = {
+            "cpu_s": cpu,
+            "wall_s": round(outcome.duration_s, 4),
+            "memory_mb": round(peak / MiB, 2) if peak is not None else None,
+            "exit_code": outcome.returncode,
+        }
+        ending = self._ending_verdict(outcome, cpu)
+        if ending is None:
+            return None, outcome, measured
+        return TestResult(verdict=ending[0], detail=ending[1], **measured), outcome, measured
+
+    def _ending_verdict(
+        self, outcome: ProcessOutcome, cpu: float | None
+    ) -> tuple[Verdict, str | None] | None:
+        limit = self.judge.time_limit_s
+        if outcome.start_error is not None:
+            return Verdict.RUNTIME_ERROR, outcome.start_error
+        if outcome.memory_exceeded:
+            return Verdict.MEMORY_LIMIT, f"killed at the memory limit ({self.memory_mb} MiB)"
+        if cpu is not None and cpu > limit:
+            return Verdict.TIME_LIMIT, f"used {cpu:.2f} s of CPU, the limit is {limit:g} s"
+        code = outcome.returncode
+        if code is not None and code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) and cpu is None:
+            return Verdict.TIME_LIMIT, f"stopped at the CPU limit ({limit:g} s)"
+        if outcome.timed_out:
+            return None  # the caller runs it again, then decides
+        if outcome.output_exceeded:
+            return Verdict.OUTPUT_LIMIT, f"wrote more than {self.settings.program_output_mb} MiB"
+        if code != 0:
+            marker = self.spec.out_of_memory
+            if marker is not None and marker in outcome.stderr:
+                return Verdict.MEMORY_LIMIT, f"ran out of memory ({marker})"
+            return Verdict.RUNTIME_ERROR, _runtime_error(outcome)
+        return None
+
+    def _wall_verdict(self, measured: dict[str, Any]) -> TestResult:
+        cap = wall_cap(self.judge.time_limit_s)
+        cpu = measured["cpu_s"]
+        used = f" with {cpu:.2f} s of CPU" if isinstance(cpu, float) else ""
+        return TestResult(
+            verdict=Verdict.TIME_LIMIT,
+            detail=f"still running at the wall-clock cap ({cap:g} s){used}, twice: it waits "
+            "(sleep, input), or the machine was too busy",
+            **measured,
+        )
+
+    def _fresh_run_dir(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        os.mkdir(self.run_dir, 0o755)  # the run's set-up enters it before it is the slot's user
+        slot = self.session.slot
+        if slot is not None:
+            os.chown(self.run_dir, slot.uid, slot.gid)
+
+    def _compare(self, case: TestCase, outcome: ProcessOutcome) -> tuple[Verdict, str | None]:
+        compare = self.judge.compare
+        if isinstance(compare, Checker):
+            return self._check(compare, case, outcome.output)
+        return compare_outputs(outcome.output, case.stdout.encode(), compare)
+
+    # -- checking --------------------------------------------------------------------
+
+    def _check(self, checker: Checker, case: TestCase, output: bytes) -> tuple[Verdict, str | None]:
+        folder = self.session.scratch / "check"
+        os.mkdir(folder, 0o755)
+        try:
+            files = {
+                "{input}": folder / "input.txt",
+                "{output}": folder / "output.txt",
+                "{expected}": folder / "expected.txt",
+            }
+            contents = (case.stdin.encode(), output, case.stdout.encode())
+            for path, data in zip(files.values(), contents, strict=True):
+                path.write_bytes(data)
+                os.chmod(path, 0o644)
+            argv = self._checker_argv(checker.checker, files)
+            outcome = self.session.run(
+                argv,
+                cwd=folder,
+                env=self.env,
+                limits=ProcessLimits(
+                    wall_s=CHECKER_WALL_S,
+                    file_size_bytes=self.limits.file_size_mb * MiB,
+                    memory_bytes=self.limits.memory_mb * MiB,
+                    processes=self.limits.processes,
+                ),
+                readonly=self.checker_paths,
+                python=warm_form(argv, self.settings),
+            )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        said = _capped((outcome.stdout.strip() or outcome.stderr.strip()), DETAIL_SHOWN) or None
+        verdicts = {0: Verdict.ACCEPTED, 1: Verdict.WRONG_ANSWER, 2: Verdict.PRESENTATION_ERROR}
+        if outcome.start_error is None and not outcome.timed_out and outcome.returncode in verdicts:
+            return verdicts[outcome.returncode], said
+        if outcome.start_error is not None:
+            why = outcome.start_error
+        elif outcome.timed_out:
+            why = f"timed out after {CHECKER_WALL_S:g} s"
+        else:
+            why = _runtime_error(outcome)
+        raise CheckerFailed(
+            f"the checker {checker.checker[0]!r} {why}, not 0, 1 or 2 (testlib's accepted, "
+            f"wrong, presentation error): {said or 'it said nothing'}"
+        )
+
+    def _checker_argv(self, command: list[str], files: dict[str, Path]) -> list[str]:
+        argv = []
+        for word in command:
+            word = word.replace("{python}", sys.executable)
+            for name, path in files.items():
+                word = word.replace(name, str(path))
+            argv.append(word)
+        if not any(name in word for word in command for name in CHECKER_FILES):
+            argv += [str(path) for path in files.values()]
+        return argv
+
+
+def warm_form(argv: list[str], settings: ChalkSettings) -> PythonCommand | None:
+    """``argv``'s warm form when it runs the worker's Python and warm runs are on."""
+    if argv[0] != sys.executable or not settings.warm_python:
+        return None
+    return parse_python_command(argv)
+
+
+def _compile_problem(outcome: ProcessOutcome, limits: ProcessLimits) -> str | None:
+    """Why a compile failed, in words; ``None`` if it succeeded."""
+    if outcome.start_error is not None:
+        return f"the compiler could not start: {outcome.start_error}"
+    if outcome.timed_out:
+        return f"the compile took longer than {limits.wall_s:g} s"
+    if outcome.memory_exceeded:
+        return f"the compile used more than {limits.memory_bytes // MiB} MiB of memory"
+    code = outcome.returncode
+    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL):
+        return f"the compile used more than {limits.cpu_s:g} s of CPU"
+    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        return f"the compile wrote a file larger than {limits.file_size_bytes // MiB} MiB"
+    if code != 0:
+        return f"the compiler exited with status {code}"
+    return None
+
+
+def _runtime_error(outcome: ProcessOutcome) -> str:
+    code = outcome.returncode or 0
+    if code < 0:
+        return f"killed by signal {-code} ({_signal_name(-code)})"
+    if outcome.maybe_signal:
+        return f"exit status {code} (or killed by signal {code - 128}, {_signal_name(code - 128)})"
+    last = outcome.stderr.strip().splitlines()[-1:] if outcome.stderr.strip() else []
+    said = f": {_capped(last[0], 200)}" if last else ""
+    return f"exit status {code}{said}"
+
+
+def _signal_name(number: int) -> str:
+    with contextlib.suppress(ValueError):
+        return signal.Signals(number).name
+    return "unknown"
+
+
+def _capped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
