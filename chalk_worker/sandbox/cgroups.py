@@ -296,6 +296,18 @@ class SlotCgroups:
         except OSError:
             return None
 
+    def cpu_stall_s(self) -> float | None:
+        """Seconds the slot's processes could have run but waited for a CPU, so far (the
+        cgroup2 group's ``cpu.pressure``); ``None`` where the kernel does not count it."""
+        if self._kill is None:
+            return None
+        try:
+            line = _read(f"{self._kill}/cpu.pressure").splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        total = line.rpartition("total=")[2]
+        return int(total) / 1e6 if total.isdigit() else None
+
     def reset_memory_peak(self) -> bool:
         """Start the slot's peak memory afresh (its groups made where missing); ``False``
         where the kernel cannot."""

@@ -58,6 +58,9 @@ class SlotUsage:
     wrote that the kernel still caches (a compiler's libraries, say)."""
     memory_peak_bytes: int | None
     """The most memory charged to it at once since ``start_measuring``."""
+    cpu_stall_s: float | None
+    """Seconds its processes could have run but waited for a CPU, so far (take
+    differences): a busy machine, not a slow program."""
 
 
 class SandboxSession:
@@ -191,8 +194,13 @@ class SandboxSession:
         cannot tell."""
         cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None
         if cgroups is None:
-            return SlotUsage(None, None, None)
-        return SlotUsage(cgroups.cpu_usage_s(), cgroups.memory_bytes(), cgroups.memory_peak_bytes())
+            return SlotUsage(None, None, None, None)
+        return SlotUsage(
+            cgroups.cpu_usage_s(),
+            cgroups.memory_bytes(),
+            cgroups.memory_peak_bytes(),
+            cgroups.cpu_stall_s(),
+        )
 
     def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
         """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""

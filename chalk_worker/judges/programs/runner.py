@@ -38,7 +38,7 @@ from chalk_worker.judges.programs.languages import Toolchain, java_main_class
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import PythonCommand, parse_python_command
-from chalk_worker.sandbox.session import SandboxSession
+from chalk_worker.sandbox.session import SandboxSession, SlotUsage
 
 MiB = 1024 * 1024
 COMPILER_MESSAGES_SHOWN = 8 * 1024
@@ -204,12 +204,16 @@ class ProgramRunner:
         os.ftruncate(self._stdin, 0)
         os.pwrite(self._stdin, case.stdin.encode(), 0)
         result, outcome, measured = self._attempt(argv)
-        retried = result is None and outcome.timed_out
-        if retried:
-            result, outcome, measured = self._attempt(argv)
+        retried = False
+        if result is None and outcome.timed_out:
+            if measured.pop("starved"):
+                retried = True
+                result, outcome, measured = self._attempt(argv)
+                measured.pop("starved")
             if result is None and outcome.timed_out:
-                result = self._wall_verdict(measured)
+                result = self._wall_verdict(measured, retried)
         if result is None:
+            measured.pop("starved", None)
             verdict, detail = self._compare(case, outcome)
             result = TestResult(verdict=verdict, detail=detail, **measured)
         return result.model_copy(update={"retried": True}) if retried else result
@@ -255,6 +259,7 @@ class ProgramRunner:
         }
         ending = self._ending_verdict(outcome, cpu)
         if ending is None:
+            measured["starved"] = _starved(before, after, outcome.duration_s)
             return None, outcome, measured
         return TestResult(verdict=ending[0], detail=ending[1], **measured), outcome, measured
 
@@ -266,11 +271,10 @@ class ProgramRunner:
             return Verdict.RUNTIME_ERROR, outcome.start_error
         if outcome.memory_exceeded:
             return Verdict.MEMORY_LIMIT, f"killed at the memory limit ({self.memory_mb} MiB)"
-        if cpu is not None and cpu > limit:
-            return Verdict.TIME_LIMIT, f"used {cpu:.2f} s of CPU, the limit is {limit:g} s"
         code = outcome.returncode
-        if code is not None and code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) and cpu is None:
-            return Verdict.TIME_LIMIT, f"stopped at the CPU limit ({limit:g} s)"
+        if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) or (cpu is not None and cpu > limit):
+            used = f"used {cpu:.2f} s of CPU" if cpu is not None else "stopped at its CPU limit"
+            return Verdict.TIME_LIMIT, f"{used}, the limit is {limit:g} s"
         if outcome.timed_out:
             return None  # the caller runs it again, then decides
         if outcome.output_exceeded:
@@ -282,14 +286,17 @@ class ProgramRunner:
             return Verdict.RUNTIME_ERROR, _runtime_error(outcome)
         return None
 
-    def _wall_verdict(self, measured: dict[str, Any]) -> TestResult:
+    def _wall_verdict(self, measured: dict[str, Any], retried: bool) -> TestResult:
         cap = wall_cap(self.judge.time_limit_s)
         cpu = measured["cpu_s"]
-        used = f" with {cpu:.2f} s of CPU" if isinstance(cpu, float) else ""
+        used = f" having used {cpu:.2f} s of CPU" if isinstance(cpu, float) else ""
+        if retried:
+            why = "twice: the machine was too busy to give it its CPU time"
+        else:
+            why = "without waiting for a CPU: it waits for something (sleep, input)"
         return TestResult(
             verdict=Verdict.TIME_LIMIT,
-            detail=f"still running at the wall-clock cap ({cap:g} s){used}, twice: it waits "
-            "(sleep, input), or the machine was too busy",
+            detail=f"still running at the wall-clock cap ({cap:g} s){used}, {why}",
             **measured,
         )
 
@@ -362,6 +369,18 @@ class ProgramRunner:
         if not any(name in word for word in command for name in CHECKER_FILES):
             argv += [str(path) for path in files.values()]
         return argv
+
+
+def _starved(before: SlotUsage, after: SlotUsage, wall_s: float) -> bool:
+    """Whether a run spent at least half its wall time running or waiting for a CPU: a run
+    that reached its wall-clock cap so was held back by a busy machine (run it again);
+    one that did neither was waiting for something else. Without the counts: assume so."""
+    if None in (before.cpu_s, after.cpu_s, before.cpu_stall_s, after.cpu_stall_s):
+        return True
+    assert before.cpu_s is not None and after.cpu_s is not None
+    assert before.cpu_stall_s is not None and after.cpu_stall_s is not None
+    busy = (after.cpu_s - before.cpu_s) + (after.cpu_stall_s - before.cpu_stall_s)
+    return busy >= 0.5 * wall_s
 
 
 def warm_form(argv: list[str], settings: ChalkSettings) -> PythonCommand | None:
