@@ -303,6 +303,8 @@ class TestsJudge(_JudgeBase):
     The step passes (``continue_task``) when every test is accepted.
     """
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     type: Literal["tests"] = "tests"
     language: Language | Literal["auto"] = "auto"
     """One of ``python``, ``c``, ``cpp``, ``java``, ``go``, ``rust``, ``javascript``,

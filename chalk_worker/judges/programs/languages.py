@@ -2,8 +2,9 @@
 
 Each ``LanguageSpec`` names the file the source is written to, the toolchain
 programs it needs (found on the system's own ``PATH``, never a user's home:
-the sandbox's users cannot reach one), how it compiles (``None`` for
-interpreted languages), how it runs, and what it leaves to keep (the build
+the sandbox's users cannot reach one), how it compiles (for interpreted
+languages, a syntax check: a program that does not parse is a ``CE`` in every
+language), how it runs, and what it leaves to keep (the build
 cache copies those). Python runs on the worker's own interpreter, which the
 warm path can fork instead of starting.
 
@@ -23,6 +24,9 @@ from dataclasses import dataclass, field
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 """Where toolchains are looked for: the system's, which the sandbox shows."""
+
+PYTHON_SYNTAX_CHECK = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
+"""Python's "compile": the source must parse (a syntax error is a ``CE``, as for C)."""
 
 JAVA_OVERHEAD_MB = 192
 """Memory a JVM needs beside its heap (the heap gets the test's whole limit)."""
@@ -47,6 +51,7 @@ class LanguageSpec:
     """Programs the toolchain needs, looked for on ``SYSTEM_PATH``."""
     run: tuple[str, ...]
     compile: tuple[str, ...] | None = None
+    """The build; for interpreted languages a syntax check, the source being what is kept."""
     outputs: tuple[str, ...] = ()
     """What a build leaves in the working folder to keep (files or folders)."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -67,7 +72,9 @@ LANGUAGES: dict[str, LanguageSpec] = {
             name="python",
             source_name="main.py",
             tools=(),
+            compile=("{python}", "-c", PYTHON_SYNTAX_CHECK, "{source}"),
             run=("{python}", "{source}"),
+            outputs=("main.py",),
             out_of_memory="MemoryError",
             extensions=(".py",),
         ),
@@ -152,7 +159,9 @@ LANGUAGES: dict[str, LanguageSpec] = {
             name="javascript",
             source_name="main.js",
             tools=("node",),
+            compile=("{node}", "--check", "{source}"),
             run=("{node}", "--max-old-space-size={memory_mb}", "{source}"),
+            outputs=("main.js",),
             memory_overhead_mb=NODE_OVERHEAD_MB,
             out_of_memory="JavaScript heap out of memory",
             extensions=(".js", ".mjs", ".cjs"),
@@ -161,7 +170,9 @@ LANGUAGES: dict[str, LanguageSpec] = {
             name="bash",
             source_name="main.sh",
             tools=("bash",),
+            compile=("{bash}", "-n", "{source}"),
             run=("{bash}", "{source}"),
+            outputs=("main.sh",),
             extensions=(".sh", ".bash"),
         ),
     )

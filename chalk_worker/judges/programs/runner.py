@@ -47,6 +47,7 @@ DETAIL_SHOWN = 300
 """Characters of a checker's message kept as a test's detail."""
 CHECKER_WALL_S = 60.0
 """Wall-clock seconds a checker may take for one test."""
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
 
 
 def wall_cap(time_limit_s: float) -> float:
@@ -152,8 +153,9 @@ class ProgramRunner:
             cpu_s=self.settings.compile_cpu_s,
         )
         started = time.monotonic()
+        argv = self._fill(self.spec.compile, name)
         outcome = self.session.run(
-            self._fill(self.spec.compile, name), cwd=home, env=self.env, limits=limits
+            argv, cwd=home, env=self.env, limits=limits, python=warm_form(argv, self.settings)
         )
         seconds = round(time.monotonic() - started, 3)
         problem = _compile_problem(outcome, limits)
@@ -346,12 +348,17 @@ class ProgramRunner:
             shutil.rmtree(folder, ignore_errors=True)
         said = _capped((outcome.stdout.strip() or outcome.stderr.strip()), DETAIL_SHOWN) or None
         verdicts = {0: Verdict.ACCEPTED, 1: Verdict.WRONG_ANSWER, 2: Verdict.PRESENTATION_ERROR}
-        if outcome.start_error is None and not outcome.timed_out and outcome.returncode in verdicts:
+        # A Python checker that raised exits 1 too: its traceback tells it from a wrong answer.
+        crashed = PYTHON_TRACEBACK in outcome.stderr
+        ended = outcome.start_error is None and not outcome.timed_out and not crashed
+        if ended and outcome.returncode in verdicts:
             return verdicts[outcome.returncode], said
         if outcome.start_error is not None:
             why = outcome.start_error
         elif outcome.timed_out:
             why = f"timed out after {CHECKER_WALL_S:g} s"
+        elif crashed:
+            why = f"raised an exception: {_capped(outcome.stderr.strip().splitlines()[-1], 200)}"
         else:
             why = _runtime_error(outcome)
         raise CheckerFailed(
