@@ -7,8 +7,11 @@ FROM python:3.11-slim-bookworm
 
 # bubblewrap gives scoring scripts their namespaces; setpriv (util-linux) drops them
 # to the per-slot users. Both are sandbox layers; see README "Security model".
+# The tests judge's toolchains: C, C++, Java, Go, Rust, JavaScript (Python and bash are
+# there already). A worker without one refuses that language's jobs, saying so.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap util-linux \
+        gcc g++ libc6-dev openjdk-17-jdk-headless golang-go rustc nodejs \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/chalk-queue

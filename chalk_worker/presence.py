@@ -26,6 +26,7 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.settings import ChalkSettings
+from chalk_worker.judges.programs.languages import toolchains
 from chalk_worker.llm import configured_api_key, configured_base_url
 from chalk_worker.sandbox import detect_layers
 from chalk_worker.sandbox.warm import warm_python_report
@@ -164,6 +165,7 @@ def start_presence(
         llm_server=redacted(configured_base_url(settings)),
         llm_model=settings.rubric_model,
         llm_key=configured_api_key(settings) is not None,
+        languages=toolchains().report(),
     )
     _publisher = PresencePublisher(
         url, presence, interval_s=max(settings.lease_s / 2, 0.5), held=held

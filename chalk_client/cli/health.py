@@ -146,6 +146,20 @@ class HealthReport:
             )
         if is_sentinel(self.url) and not self.redis.replicas_online:
             found.append("no replica of the master is online: a failover has nothing to promote")
+        missing = sorted(
+            {
+                name
+                for worker in self.workers
+                for name, said in (worker.languages or {}).items()
+                if _missing(said)
+            }
+        )
+        if missing:
+            found.append(
+                f"some workers cannot run {', '.join(missing)} programs: tests jobs in those "
+                "languages that reach them fail as the grader's error (install the toolchains: "
+                "the worker lines say which)"
+            )
         if not self.redis.aof and not self.redis.rdb_save:
             found.append(
                 "Redis persists nothing (no AOF, no RDB saves): a Redis restart loses every "
@@ -211,7 +225,19 @@ class HealthReport:
         if worker.llm_server is not None:
             key = "API key set" if worker.llm_key else "no API key"
             lines.append(f"      LLM: {worker.llm_server}, model {worker.llm_model} ({key})")
+        if worker.languages is not None:
+            can = [name for name, said in worker.languages.items() if not _missing(said)]
+            lines.append(f"      tests judge: {', '.join(can) or 'no language'}")
+            lines += [
+                f"      tests judge cannot run {name}: {said.removeprefix('missing: ')}"
+                for name, said in worker.languages.items()
+                if _missing(said)
+            ]
         return lines
+
+
+def _missing(said: str) -> bool:
+    return said.startswith("missing:")
 
 
 def _config(client: redis.Redis, name: str) -> str:

@@ -48,6 +48,9 @@ class WorkerPresence(BaseModel):
     """The model of its rubric judges that name none (``CHALK_RUBRIC_MODEL``)."""
     llm_key: bool | None = None
     """Whether it has an API key for that server; the key itself is never published."""
+    languages: dict[str, str] | None = None
+    """Each language of the ``tests`` judge and its toolchain's version here, or
+    ``missing: ...`` saying what is not installed (workers before 0.2 say nothing)."""
 
 
 def parse_presences(raws: Sequence[Any]) -> list[WorkerPresence]:

@@ -37,6 +37,8 @@ CAUSE_TEXT: dict[str, str] = {
     ZeroCause.UNMET_CRITERIA: "unmet criteria: a rubric's criteria met add up to 0",
     ZeroCause.SCRIPT_ZERO: "a plain zero from the scoring script",
     ZeroCause.CUSTOM_ZERO: "a zero from a custom judge",
+    ZeroCause.COMPILE_ERROR: "compile error: the program did not build, every test CE",
+    ZeroCause.FAILED_TESTS: "failed tests: the program passed none of its tests",
     NO_CAUSE: "a zero without a recorded cause (scored before causes existed)",
 }
 """What each cause means, as the report says it."""
@@ -121,6 +123,21 @@ class Timing:
 
 
 @dataclass
+class TestTally:
+    """The test cases of one language's ``tests`` judges: how many jobs, each verdict."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    jobs: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def tests(self) -> int:
+        """Test cases in all."""
+        return sum(self.verdicts.values())
+
+
+@dataclass
 class Report:
     """Everything a report shows, computed once."""
 
@@ -148,6 +165,8 @@ class Report:
     groups: list[Group]
     failures: Counter[str] = field(default_factory=Counter)
     """Failed jobs by error (the first line of it)."""
+    tests: dict[str, TestTally] = field(default_factory=dict)
+    """The ``tests`` judges' test cases, by language."""
 
     @property
     def grader_errors(self) -> int:
@@ -198,6 +217,18 @@ def _criteria(results: Sequence[JobResult]) -> tuple[list[CriterionRate], Counte
                 patterns.update(missed.split("\n"))
     ordered = sorted(rates.values(), key=lambda r: (r.step, r.number, r.text))
     return ordered, patterns
+
+
+def _tests(results: Sequence[JobResult]) -> dict[str, TestTally]:
+    tallies: dict[str, TestTally] = {}
+    for result in results:
+        for step in result.steps:
+            if step.tests is None:
+                continue
+            tally = tallies.setdefault(step.metadata.get("language", "?"), TestTally())
+            tally.jobs += 1
+            tally.verdicts.update(test.verdict.value for test in step.tests)
+    return dict(sorted(tallies.items()))
 
 
 def _timings(results: Sequence[JobResult]) -> list[Timing]:
@@ -297,4 +328,5 @@ def analyze(
         by=by,
         groups=_groups(results, by) if by else [],
         failures=failures,
+        tests=_tests(succeeded),
     )

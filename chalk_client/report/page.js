@@ -30,6 +30,34 @@
     return value === null || value === undefined ? "" : Number(value).toFixed(4).replace(/0+$/, "").replace(/\.$/, "");
   }
 
+  function testsTable(step) {
+    const wrap = el("div");
+    const listed = step.ts.length < step.tn ? " (the first " + step.ts.length + ")" : "";
+    wrap.append(el("h5", "Tests: " + step.tn + listed));
+    const table = el("table", null, "tests");
+    const head = el("tr");
+    for (const name of ["#", "verdict", "CPU s", "wall s", "MiB", "exit", "detail"]) {
+      head.append(el("th", name));
+    }
+    table.append(head);
+    step.ts.forEach((test, index) => {
+      const [verdict, cpu, wall, memory, exit, retried, detail] = test;
+      const tr = el("tr", null, verdict === "AC" ? "ok" : "bad");
+      tr.append(
+        el("td", index + 1),
+        el("td", verdict),
+        el("td", fmtSeconds(cpu)),
+        el("td", fmtSeconds(wall)),
+        el("td", memory === null ? "" : Number(memory).toFixed(1)),
+        el("td", exit === null ? "" : exit),
+        el("td", (retried ? "(ran twice) " : "") + (detail || "")),
+      );
+      table.append(tr);
+    });
+    wrap.append(table);
+    return wrap;
+  }
+
   function fmtSeconds(value) {
     return value === null || value === undefined ? "" : Number(value).toFixed(3);
   }
@@ -39,6 +67,7 @@
     for (const step of row.steps) {
       parts.push(step.out, step.err);
       for (const key in step.m) parts.push(key, step.m[key]);
+      if (step.ts) for (const test of step.ts) parts.push(test[0], test[6] || "");
     }
     return parts.join("\n").toLowerCase();
   }
@@ -98,6 +127,12 @@
       }
       if (step.out) box.append(el("h5", "stdout"), el("pre", step.out));
       if (step.err) box.append(el("h5", "stderr"), el("pre", step.err));
+      if (step.cp) {
+        const how = step.cp.c ? "taken from the build cache" : fmtSeconds(step.cp.s) + " s";
+        box.append(el("h5", "Compile: " + (step.cp.ok ? "ok" : "failed") + ", " + how));
+        if (step.cp.e) box.append(el("pre", step.cp.e, step.cp.ok ? null : "error"));
+      }
+      if (step.ts) box.append(testsTable(step));
     });
     box.append(el("h4", "Job metadata"), el("pre", row.md));
     return box;

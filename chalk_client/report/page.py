@@ -95,6 +95,7 @@ def render_page(report: Report, results: Sequence[JobResult]) -> str:
             sections.scores(report),
             sections.zeros(report),
             sections.steps(report),
+            sections.tests(report),
             sections.groups(report),
             sections.failures(report),
             sections.usage(report),

@@ -10,6 +10,7 @@ from html import escape
 
 from chalk_client.report.analysis import CAUSE_TEXT, QUANTILES, Report
 from chalk_client.report.charts import Bar, bars_svg, histogram_svg, intervals_svg
+from chalk_client.scoring import Verdict
 from chalk_client.usage import format_cost
 
 STATUS_ORDER = ("succeeded", "failed", "running", "queued", "unknown")
@@ -222,6 +223,34 @@ def steps(report: Report) -> str:
             "<h2>Regex patterns missed</h2>" + _table(["pattern", "jobs missing it"], rows, {1})
         )
     return "".join(parts)
+
+
+def tests(report: Report) -> str:
+    """The ``tests`` judges' test cases by language and verdict (empty without them)."""
+    if not report.tests:
+        return ""
+    order = [verdict.value for verdict in Verdict]
+    rows = [
+        [
+            escape(language),
+            f"{tally.jobs:,}",
+            f"{tally.tests:,}",
+            *(f"{tally.verdicts[v]:,}" for v in order),
+            _share(tally.verdicts["AC"], tally.tests),
+        ]
+        for language, tally in report.tests.items()
+    ]
+    return (
+        '<h2>Test cases</h2><p class="note">Every test of the tests judges, by the language of '
+        "the program and its verdict: AC accepted, WA wrong answer, PE presentation error, TLE "
+        "time limit (CPU time), MLE memory limit, RE runtime error, OLE output limit, CE did "
+        "not compile, SKIPPED after a failure. A job's own tests are in its row below.</p>"
+        + _table(
+            ["language", "jobs", "tests", *order, "accepted"],
+            rows,
+            set(range(1, len(order) + 4)),
+        )
+    )
 
 
 def failures(report: Report) -> str:

@@ -24,6 +24,8 @@ HEAD_CHARS = 400
 VALUE_CHARS = 600
 """Longest metadata value shown whole on the page."""
 OUTPUTS = ("stdout", "stderr")
+TESTS_SHOWN = 300
+"""Tests of a step listed on the page (all of them are in the results file)."""
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS, head: int = HEAD_CHARS) -> str:
@@ -44,16 +46,28 @@ def page_row(result: JobResult, by: str | None) -> dict[str, Any]:
             for key, value in step.metadata.items()
             if key not in OUTPUTS
         }
-        steps.append(
-            {
-                "sc": step.score,
-                "ct": step.continue_task,
-                "ca": None if step.cause is None else str(step.cause),
-                "m": reasons,
-                "out": excerpt(step.metadata.get("stdout", "")),
-                "err": excerpt(step.metadata.get("stderr", "")),
+        row: dict[str, Any] = {
+            "sc": step.score,
+            "ct": step.continue_task,
+            "ca": None if step.cause is None else str(step.cause),
+            "m": reasons,
+            "out": excerpt(step.metadata.get("stdout", "")),
+            "err": excerpt(step.metadata.get("stderr", "")),
+        }
+        if step.tests is not None:
+            row["ts"] = [
+                [t.verdict.value, t.cpu_s, t.wall_s, t.memory_mb, t.exit_code, t.retried, t.detail]
+                for t in step.tests[:TESTS_SHOWN]
+            ]
+            row["tn"] = len(step.tests)
+        if step.compile is not None:
+            row["cp"] = {
+                "ok": step.compile.ok,
+                "s": step.compile.seconds,
+                "c": step.compile.cached,
+                "e": excerpt(step.compile.stderr),
             }
-        )
+        steps.append(row)
     return {
         "id": result.job_id,
         "st": str(result.status),
@@ -91,7 +105,11 @@ def write_csv(results: Sequence[JobResult], path: str | os.PathLike[str]) -> Non
         *(f"seconds_{name}" for name in TIMINGS),
         "prompt_tokens",
         "completion_tokens",
-        *(f"step_{n}_{what}" for n in range(1, depth + 1) for what in ("score", "cause")),
+        *(
+            f"step_{n}_{what}"
+            for n in range(1, depth + 1)
+            for what in ("score", "cause", "verdicts")
+        ),
         *(f"metadata.{key}" for key in keys),
     ]
     with open(path, "w", encoding="utf-8", newline="") as handle:
@@ -105,6 +123,9 @@ def write_csv(results: Sequence[JobResult], path: str | os.PathLike[str]) -> Non
                 steps += [
                     "" if step is None else step.score,
                     "" if step is None or step.cause is None else str(step.cause),
+                    ""
+                    if step is None or step.tests is None
+                    else " ".join(t.verdict.value for t in step.tests),
                 ]
             writer.writerow(
                 [

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from browser import Chromium
 
-from chalk_client import JobResult, JobStatus, Scoring
+from chalk_client import CompileResult, JobResult, JobStatus, Scoring, TestResult, Verdict
 from chalk_client.report import analyze, read_results_file
 from chalk_client.report.stats import histogram, mean_ci, percentile, t_975
 from chalk_client.scoring import ZeroCause
@@ -322,3 +322,83 @@ def test_the_page_in_a_real_browser(results_file, tmp_path, browser):
         matching(browser) == 6
         and browser.evaluate("document.getElementById('filter-status').value") == "failed"
     )
+
+
+# the tests judge's results
+
+
+def judged_programs() -> list[JobResult]:
+    """Results of tests judges: a C++ job with a wrong answer and a timeout, a Java one that
+    did not compile."""
+    cpp_tests = [
+        TestResult(verdict=Verdict.ACCEPTED, cpu_s=0.01, wall_s=0.02, memory_mb=1.5, exit_code=0),
+        TestResult(
+            verdict=Verdict.WRONG_ANSWER,
+            cpu_s=0.01,
+            wall_s=0.02,
+            memory_mb=1.5,
+            exit_code=0,
+            detail="token 1: got '4', expected '3'",
+        ),
+        TestResult(verdict=Verdict.TIME_LIMIT, cpu_s=1.0, wall_s=1.1, exit_code=-24, retried=True),
+    ]
+    cpp = Scoring(
+        score=1 / 3,
+        metadata={"language": "cpp", "passed": "1/3"},
+        continue_task=False,
+        tests=cpp_tests,
+        compile=CompileResult(ok=True, seconds=0.8),
+    )
+    java = Scoring(
+        score=0.0,
+        metadata={"language": "java", "passed": "0/2"},
+        continue_task=False,
+        cause=ZeroCause.COMPILE_ERROR,
+        tests=[TestResult(verdict=Verdict.COMPILE_ERROR)] * 2,
+        compile=CompileResult(ok=False, seconds=0.5, stderr="Main.java:1: error: ';' expected"),
+    )
+    return [
+        JobResult(job_id=job_id, status=JobStatus.SUCCEEDED, scoring=scoring, steps=[scoring])
+        for job_id, scoring in (("cpp-1", cpp), ("java-1", java))
+    ]
+
+
+def test_the_report_counts_test_verdicts_by_language_and_the_csv_lists_them(tmp_path):
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(r.model_dump_json() + "\n" for r in judged_programs()))
+    report = analyze(read_results_file(results).results, source="results.jsonl")
+    assert report.tests["cpp"].jobs == 1 and report.tests["cpp"].tests == 3
+    assert report.tests["cpp"].verdicts == {"AC": 1, "WA": 1, "TLE": 1}
+    assert report.tests["java"].verdicts == {"CE": 2}
+    out, table = tmp_path / "report.html", tmp_path / "results.csv"
+    assert chalk("report", results, "--out", out, "--csv", table).returncode == 0
+    page = out.read_text()
+    assert "<h2>Test cases</h2>" in page and "compile error: the program did not build" in page
+    with table.open() as lines:
+        rows = {row["job_id"]: row for row in csv.DictReader(lines)}
+    assert rows["cpp-1"]["step_1_verdicts"] == "AC WA TLE"
+    assert rows["java-1"]["step_1_verdicts"] == "CE CE"
+
+
+@pytest.mark.slow
+def test_a_job_opened_in_the_browser_lists_its_tests_and_compile(tmp_path, browser):
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(r.model_dump_json() + "\n" for r in judged_programs()))
+    out = tmp_path / "report.html"
+    assert chalk("report", results, "--out", out).returncode == 0
+    browser.open(out.as_uri())
+    browser.wait_for("document.body.dataset.ready === 'true'")
+    type_filter(browser, "filter-text", "cpp-1")
+    browser.evaluate("document.querySelector('#results-body tr.result').click()")
+    cells = browser.evaluate(
+        "[...document.querySelectorAll('tr.detail table.tests tr')].map(r => r.innerText)"
+    )
+    assert len(cells) == 4  # the header and three tests
+    assert "WA" in cells[2] and "token 1: got '4', expected '3'" in cells[2]
+    assert "TLE" in cells[3] and "(ran twice)" in cells[3]
+    detail = browser.evaluate("document.querySelector('tr.detail').innerText")
+    assert "Compile: ok, 0.800 s" in detail and "Tests: 3" in detail
+    type_filter(browser, "filter-text", "java-1")
+    browser.evaluate("document.querySelector('#results-body tr.result').click()")
+    detail = browser.evaluate("document.querySelector('tr.detail').innerText")
+    assert "Compile: failed" in detail and "';' expected" in detail

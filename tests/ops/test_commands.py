@@ -67,6 +67,9 @@ def test_health_reports_redis_the_queue_and_each_worker_with_its_sandbox(make_re
     layers = [line for line in out.splitlines() if line.startswith("      sandbox layer ")]
     assert len(layers) == 7
     assert "      warm python: on (" in out  # with root and bubblewrap, as here and in CI
+    # The tests judge's languages: .ci/run installs every toolchain.
+    assert "      tests judge: python, c, cpp, java, go, rust, javascript, bash\n" in out
+    assert "cannot run" not in out
     # The worker's own LLM settings (the client's do not count), never its key.
     assert (
         "      LLM: http://vllm.internal:8000/v1, model Qwen/Qwen2.5-7B-Instruct (API key set)"

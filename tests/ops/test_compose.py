@@ -363,6 +363,8 @@ def test_the_dockerfile_builds_what_compose_runs():
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "\nFROM python:3.11" in text
     assert "bubblewrap" in text and "util-linux" in text  # the sandbox's layers
+    for toolchain in ("g++", "openjdk-17-jdk-headless", "golang-go", "rustc", "nodejs"):
+        assert toolchain in text  # the tests judge's languages
     for package in ("chalk_client", "chalk_worker", "tasks"):
         assert f"COPY {package} ./{package}" in text
     assert 'pip install --no-cache-dir ".[worker]"' in text  # the worker's packages too
