@@ -26,6 +26,7 @@ BENCHMARKS = (
     "latency",
     "sandbox",
     "codegen",
+    "programs",
     "rubric",
     "inprocess",
     "batch",

@@ -21,7 +21,7 @@ def test_figures_pass_or_fail_by_their_goal():
     assert "throughput" in text and "1.11" in text and "pass" in text
 
 
-HALVES = ("codegen,batch,submission", "throughput,latency,sandbox,inprocess")
+HALVES = ("codegen,batch,submission", "throughput,latency,sandbox,inprocess,programs")
 """The benchmarks the smoke test runs, in two processes at once (they mostly wait)."""
 
 
@@ -52,6 +52,7 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "in-process 20 threads x score_job",
         "in-process score_jobs",
         "codegen",
+        "tests judge, 8 languages",
     ):
         assert name in stdout, stdout
 
