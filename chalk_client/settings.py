@@ -327,3 +327,8 @@ class ChalkSettings(
     def limits(self) -> LimitSettings:
         """The job limits alone."""
         return self._part(LimitSettings)
+
+    @property
+    def programs(self) -> ProgramSettings:
+        """The tests judge's settings alone (compiles, outputs, the build cache)."""
+        return self._part(ProgramSettings)

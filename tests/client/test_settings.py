@@ -14,12 +14,20 @@ from chalk_client import ChalkSettings
 from chalk_client.settings import (
     LimitSettings,
     LLMSettings,
+    ProgramSettings,
     RunSettings,
     SandboxSettings,
     StoreSettings,
 )
 
-PARTS = (StoreSettings, LLMSettings, SandboxSettings, LimitSettings, RunSettings)
+PARTS = (
+    StoreSettings,
+    LLMSettings,
+    SandboxSettings,
+    LimitSettings,
+    ProgramSettings,
+    RunSettings,
+)
 
 
 def _documented(part: type) -> set[str]:

@@ -323,7 +323,9 @@ def test_filling_the_disk_does_not_reach_the_next_run(settings):
         )
     )
     assert re.fullmatch(r"OSError after [78] MiB", facts["home"]), facts  # the scratch: 8 MiB
-    assert facts["/tmp"] == facts["/dev/shm"] == facts["/"] == "PermissionError"
+    # /tmp is the run's own (a tmpfs as large as the scratch), the rest of the root is not.
+    assert facts["/tmp"] == "written"
+    assert facts["/dev/shm"] == facts["/"] == "PermissionError"
     after = assert_warm(
         run(
             settings,
@@ -332,12 +334,14 @@ def test_filling_the_disk_does_not_reach_the_next_run(settings):
             stats = os.statvfs(home)
             facts["free"] = stats.f_bavail * stats.f_frsize >> 20
             facts["home"] = os.listdir(home)
+            facts["tmp"] = os.listdir("/tmp")
             write()
             """,
             file_size_mb=8,
         )
     )
     assert int(after["free"]) >= 7 and after["home"] == "[]"
+    assert "fill" not in after["tmp"]  # nothing of the last run's /tmp (the job's paths, yes)
 
 
 def test_a_run_holds_none_of_the_servers_descriptors(settings):
