@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+from chalk_client import ChalkClient, JobStatus, ScoringJob, Transcript, Verdict
+from chalk_client.judges import TestsJudge
+from chalk_client.transcript import Message
 from chalk_worker.sandbox import detect_layers
 
 
@@ -24,3 +27,19 @@ def test_a_strict_worker_refuses_to_start_without_a_required_layer(redis_url, st
     assert worker.proc.returncode == 2
     assert "chalk worker refuses to start" in worker.text()
     assert "unknown sandbox layer" in worker.text()
+
+
+def test_a_worker_builds_and_runs_programs_of_the_tests_judge(redis_url, shared_worker):
+    # Through the queue: the build, each test's verdict, CPU time and memory, back from Redis.
+    code = "#include <iostream>\nint main(){long a,b; std::cin>>a>>b; std::cout<<a+b<<'\\n';}"
+    said = Transcript(messages=[Message(role="assistant", content=f"```cpp\n{code}\n```")])
+    tests = [{"stdin": "1 2\n", "stdout": "3\n"}, {"stdin": "5 7\n", "stdout": "13\n"}]
+    job = ScoringJob(transcript=said, judge=TestsJudge(tests=tests))
+    with ChalkClient(redis_url) as client:
+        result = client.submit_and_wait(job, timeout=120)
+    assert result.status is JobStatus.SUCCEEDED, result.error
+    assert result.score == 0.5 and result.scoring is not None
+    assert result.scoring.compile is not None and result.scoring.compile.ok
+    assert result.scoring.tests is not None
+    assert [t.verdict for t in result.scoring.tests] == [Verdict.ACCEPTED, Verdict.WRONG_ANSWER]
+    assert all(t.cpu_s is not None and t.memory_mb is not None for t in result.scoring.tests)

@@ -274,9 +274,11 @@ class ProgramRunner:
         if outcome.memory_exceeded:
             return Verdict.MEMORY_LIMIT, f"killed at the memory limit ({self.memory_mb} MiB)"
         code = outcome.returncode
-        if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) or (cpu is not None and cpu > limit):
-            used = f"used {cpu:.2f} s of CPU" if cpu is not None else "stopped at its CPU limit"
-            return Verdict.TIME_LIMIT, f"{used}, the limit is {limit:g} s"
+        used = "" if cpu is None else f" (used {cpu:.2f} s)"
+        if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+            return Verdict.TIME_LIMIT, f"stopped at its CPU time limit of {limit:g} s{used}"
+        if cpu is not None and cpu > limit:
+            return Verdict.TIME_LIMIT, f"used {cpu:.2f} s of CPU, over the limit of {limit:g} s"
         if outcome.timed_out:
             return None  # the caller runs it again, then decides
         if outcome.output_exceeded:
