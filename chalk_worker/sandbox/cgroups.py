@@ -323,6 +323,19 @@ class SlotCgroups:
             return False
         return True
 
+    def drop_cached(self) -> None:
+        """Reclaim what the slot's memory holds of files it read or wrote (call between
+        runs): a compiler's libraries, say, charged to the slot, would otherwise count in
+        the next run's memory until the kernel evicts them under its limit."""
+        memory = self._memory
+        if memory is None:
+            return
+        with contextlib.suppress(OSError):  # busy (a process left), or nothing to reclaim
+            if self.support.memory_v2:
+                _write(f"{memory}/memory.reclaim", str(self.memory_bytes() or 0))
+            else:
+                _write(f"{memory}/memory.force_empty", "0")
+
     def memory_bytes(self) -> int | None:
         """The memory charged to the slot now (files it cached included)."""
         memory = self._memory

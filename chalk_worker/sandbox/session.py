@@ -182,6 +182,13 @@ class SandboxSession:
             stdin=stdin,
         )
 
+    def drop_cached(self) -> None:
+        """Reclaim the files the slot's memory caches (between runs: a compile's, say), so
+        that the runs after count their own memory only."""
+        cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None
+        if cgroups is not None:
+            cgroups.drop_cached()
+
     def start_measuring(self) -> None:
         """Start the peak memory of the slot's processes afresh (before a run)."""
         cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None

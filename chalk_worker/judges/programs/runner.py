@@ -190,10 +190,13 @@ class ProgramRunner:
         return None
 
     def _close_home(self) -> None:
-        """Nothing of the compile stays where runs could write: tests cannot pass notes on."""
+        """Nothing of the compile stays where runs could write: tests cannot pass notes on.
+        Nor in the slot's memory: the files the compile (or an earlier job of the slot)
+        left cached there would count in the tests' memory."""
         for folder in (self.session.home, self.session.output_dir):
             shutil.rmtree(folder, ignore_errors=True)
             os.mkdir(folder, 0o755)
+        self.session.drop_cached()
 
     def _run_argv(self, source_name: str) -> list[str]:
         return self._fill(self.spec.run, f"{self.build_dir}/{source_name}")
