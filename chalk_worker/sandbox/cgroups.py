@@ -308,17 +308,31 @@ class SlotCgroups:
         total = line.rpartition("total=")[2]
         return int(total) / 1e6 if total.isdigit() else None
 
+    def _memory_file(self, v2: str, v1: str) -> str | None:
+        """The path of a file of the slot's memory group: ``v2``'s name or ``v1``'s."""
+        if self._memory is None:
+            return None
+        return f"{self._memory}/{v2 if self.support.memory_v2 else v1}"
+
+    def _memory_number(self, v2: str, v1: str) -> int | None:
+        path = self._memory_file(v2, v1)
+        if path is None:
+            return None
+        try:
+            return int(_read(path).strip())
+        except (OSError, ValueError):
+            return None
+
     def reset_memory_peak(self) -> bool:
         """Start the slot's peak memory afresh (its groups made where missing); ``False``
         where the kernel cannot."""
         if not self._ensured:
             self.ensure()
-        memory = self._memory
-        if memory is None:
+        path = self._memory_file("memory.peak", "memory.max_usage_in_bytes")
+        if path is None:
             return False
-        name = "memory.peak" if self.support.memory_v2 else "memory.max_usage_in_bytes"
         try:
-            _write(f"{memory}/{name}", "0")
+            _write(path, "0")
         except OSError:  # memory.peak is writable from Linux 6.12
             return False
         return True
@@ -327,36 +341,20 @@ class SlotCgroups:
         """Reclaim what the slot's memory holds of files it read or wrote (call between
         runs): a compiler's libraries, say, charged to the slot, would otherwise count in
         the next run's memory until the kernel evicts them under its limit."""
-        memory = self._memory
-        if memory is None:
+        path = self._memory_file("memory.reclaim", "memory.force_empty")
+        if path is None:
             return
+        amount = str(self.memory_bytes() or 0) if self.support.memory_v2 else "0"
         with contextlib.suppress(OSError):  # busy (a process left), or nothing to reclaim
-            if self.support.memory_v2:
-                _write(f"{memory}/memory.reclaim", str(self.memory_bytes() or 0))
-            else:
-                _write(f"{memory}/memory.force_empty", "0")
+            _write(path, amount)
 
     def memory_bytes(self) -> int | None:
         """The memory charged to the slot now (files it cached included)."""
-        memory = self._memory
-        if memory is None:
-            return None
-        name = "memory.current" if self.support.memory_v2 else "memory.usage_in_bytes"
-        try:
-            return int(_read(f"{memory}/{name}").strip())
-        except (OSError, ValueError):
-            return None
+        return self._memory_number("memory.current", "memory.usage_in_bytes")
 
     def memory_peak_bytes(self) -> int | None:
         """The most memory the slot's processes held together since the last reset."""
-        memory = self._memory
-        if memory is None:
-            return None
-        name = "memory.peak" if self.support.memory_v2 else "memory.max_usage_in_bytes"
-        try:
-            return int(_read(f"{memory}/{name}").strip())
-        except (OSError, ValueError):
-            return None
+        return self._memory_number("memory.peak", "memory.max_usage_in_bytes")
 
     def kill_all(self) -> bool:
         """Kill every process in the slot at once; ``False`` when no kill switch exists here."""
