@@ -21,8 +21,9 @@ from chalk_worker.judges.base import JudgeContext, evaluator
 from chalk_worker.judges.executable import script_threads
 from chalk_worker.judges.programs.builds import BuildCache
 from chalk_worker.judges.programs.cases import TestsFileError, test_cases
+from chalk_worker.judges.programs.checker import CheckerFailed
 from chalk_worker.judges.programs.languages import toolchains
-from chalk_worker.judges.programs.runner import CheckerFailed, ProgramRunner
+from chalk_worker.judges.programs.runner import ProgramRunner
 from chalk_worker.judges.programs.source import NoProgram, find_program
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.workdirs import make_job_folder, work_root

@@ -290,9 +290,9 @@ def test_a_checker_accepts_any_right_answer_and_says_why_not() -> None:
 def test_a_checker_that_misbehaves_is_the_grader_s_error(
     checker_code: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chalk_worker.judges.programs import runner
+    from chalk_worker.judges.programs import checker
 
-    monkeypatch.setattr(runner, "CHECKER_WALL_S", 2.0)
+    monkeypatch.setattr(checker, "CHECKER_WALL_S", 2.0)
     result = score_job(job_of("print(3)", compare={"checker": ["{python}", "-c", checker_code]}))
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring is not None and result.scoring.grader_error

@@ -18,46 +18,41 @@ slot's cgroups' counts over the run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chalk_client.judge_specs import TestsJudge
-from chalk_client.program_tests import CHECKER_FILES, Checker, TestCase
+from chalk_client.program_tests import Checker, TestCase
 from chalk_client.scoring import CompileResult, TestResult, Verdict
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges.programs.builds import MAX_FILES, BuildCache, build_key
+from chalk_worker.judges.programs.checker import CheckerSetting, run_checker
 from chalk_worker.judges.programs.compare import compare_outputs
 from chalk_worker.judges.programs.languages import Toolchain, java_main_class
+from chalk_worker.judges.programs.outcomes import (
+    capped,
+    compile_problem,
+    runtime_error,
+    starved,
+    warm_form,
+)
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
-from chalk_worker.sandbox.pycommand import PythonCommand, parse_python_command
-from chalk_worker.sandbox.session import SandboxSession, SlotUsage
+from chalk_worker.sandbox.session import SandboxSession
 
 MiB = 1024 * 1024
 COMPILER_MESSAGES_SHOWN = 8 * 1024
 """Bytes of the compiler's messages kept in the result."""
-DETAIL_SHOWN = 300
-"""Characters of a checker's message kept as a test's detail."""
-CHECKER_WALL_S = 60.0
-"""Wall-clock seconds a checker may take for one test."""
-PYTHON_TRACEBACK = "Traceback (most recent call last):"
 
 
 def wall_cap(time_limit_s: float) -> float:
     """The wall-clock cap of a test: three times its CPU limit, and a second more."""
     return 3 * time_limit_s + 1
-
-
-class CheckerFailed(Exception):
-    """Raised when a checker misbehaves (crashes, times out, answers neither 0, 1 nor 2):
-    the grader's failure, not the student's."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +153,8 @@ class ProgramRunner:
             argv, cwd=home, env=self.env, limits=limits, python=warm_form(argv, self.settings)
         )
         seconds = round(time.monotonic() - started, 3)
-        problem = _compile_problem(outcome, limits)
-        messages = _capped(outcome.stderr or outcome.stdout, COMPILER_MESSAGES_SHOWN)
+        problem = compile_problem(outcome, limits)
+        messages = capped(outcome.stderr or outcome.stdout, COMPILER_MESSAGES_SHOWN)
         if problem is None:
             problem = self._keep_outputs()
         self._close_home()
@@ -264,7 +259,7 @@ class ProgramRunner:
         }
         ending = self._ending_verdict(outcome, cpu)
         if ending is None:
-            measured["starved"] = _starved(before, after, outcome.duration_s)
+            measured["starved"] = starved(before, after, outcome.duration_s)
             return None, outcome, measured
         return TestResult(verdict=ending[0], detail=ending[1], **measured), outcome, measured
 
@@ -290,7 +285,7 @@ class ProgramRunner:
             marker = self.spec.out_of_memory
             if marker is not None and marker in outcome.stderr:
                 return Verdict.MEMORY_LIMIT, f"ran out of memory ({marker})"
-            return Verdict.RUNTIME_ERROR, _runtime_error(outcome)
+            return Verdict.RUNTIME_ERROR, runtime_error(outcome)
         return None
 
     def _wall_verdict(self, measured: dict[str, Any], retried: bool) -> TestResult:
@@ -317,125 +312,8 @@ class ProgramRunner:
     def _compare(self, case: TestCase, outcome: ProcessOutcome) -> tuple[Verdict, str | None]:
         compare = self.judge.compare
         if isinstance(compare, Checker):
-            return self._check(compare, case, outcome.output)
+            setting = CheckerSetting(self.settings, self.limits, self.env, self.checker_paths)
+            return run_checker(self.session, compare, case, outcome.output, setting)
         return compare_outputs(outcome.output, case.stdout.encode(), compare)
 
     # -- checking --------------------------------------------------------------------
-
-    def _check(self, checker: Checker, case: TestCase, output: bytes) -> tuple[Verdict, str | None]:
-        folder = self.session.scratch / "check"
-        os.mkdir(folder, 0o755)
-        try:
-            files = {
-                "{input}": folder / "input.txt",
-                "{output}": folder / "output.txt",
-                "{expected}": folder / "expected.txt",
-            }
-            contents = (case.stdin.encode(), output, case.stdout.encode())
-            for path, data in zip(files.values(), contents, strict=True):
-                path.write_bytes(data)
-                os.chmod(path, 0o644)
-            argv = self._checker_argv(checker.checker, files)
-            outcome = self.session.run(
-                argv,
-                cwd=folder,
-                env=self.env,
-                limits=ProcessLimits(
-                    wall_s=CHECKER_WALL_S,
-                    file_size_bytes=self.limits.file_size_mb * MiB,
-                    memory_bytes=self.limits.memory_mb * MiB,
-                    processes=self.limits.processes,
-                ),
-                readonly=self.checker_paths,
-                python=warm_form(argv, self.settings),
-            )
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        said = _capped((outcome.stdout.strip() or outcome.stderr.strip()), DETAIL_SHOWN) or None
-        verdicts = {0: Verdict.ACCEPTED, 1: Verdict.WRONG_ANSWER, 2: Verdict.PRESENTATION_ERROR}
-        # A Python checker that raised exits 1 too: its traceback tells it from a wrong answer.
-        crashed = PYTHON_TRACEBACK in outcome.stderr
-        ended = outcome.start_error is None and not outcome.timed_out and not crashed
-        if ended and outcome.returncode in verdicts:
-            return verdicts[outcome.returncode], said
-        if outcome.start_error is not None:
-            why = outcome.start_error
-        elif outcome.timed_out:
-            why = f"timed out after {CHECKER_WALL_S:g} s"
-        elif crashed:
-            why = f"raised an exception: {_capped(outcome.stderr.strip().splitlines()[-1], 200)}"
-        else:
-            why = _runtime_error(outcome)
-        raise CheckerFailed(
-            f"the checker {checker.checker[0]!r} {why}, not 0, 1 or 2 (testlib's accepted, "
-            f"wrong, presentation error): {said or 'it said nothing'}"
-        )
-
-    def _checker_argv(self, command: list[str], files: dict[str, Path]) -> list[str]:
-        argv = []
-        for word in command:
-            word = word.replace("{python}", sys.executable)
-            for name, path in files.items():
-                word = word.replace(name, str(path))
-            argv.append(word)
-        if not any(name in word for word in command for name in CHECKER_FILES):
-            argv += [str(path) for path in files.values()]
-        return argv
-
-
-def _starved(before: SlotUsage, after: SlotUsage, wall_s: float) -> bool:
-    """Whether a run spent at least half its wall time running or waiting for a CPU: a run
-    that reached its wall-clock cap so was held back by a busy machine (run it again);
-    one that did neither was waiting for something else. Without the counts: assume so."""
-    if None in (before.cpu_s, after.cpu_s, before.cpu_stall_s, after.cpu_stall_s):
-        return True
-    assert before.cpu_s is not None and after.cpu_s is not None
-    assert before.cpu_stall_s is not None and after.cpu_stall_s is not None
-    busy = (after.cpu_s - before.cpu_s) + (after.cpu_stall_s - before.cpu_stall_s)
-    return busy >= 0.5 * wall_s
-
-
-def warm_form(argv: list[str], settings: ChalkSettings) -> PythonCommand | None:
-    """``argv``'s warm form when it runs the worker's Python and warm runs are on."""
-    if argv[0] != sys.executable or not settings.warm_python:
-        return None
-    return parse_python_command(argv)
-
-
-def _compile_problem(outcome: ProcessOutcome, limits: ProcessLimits) -> str | None:
-    """Why a compile failed, in words; ``None`` if it succeeded."""
-    if outcome.start_error is not None:
-        return f"the compiler could not start: {outcome.start_error}"
-    if outcome.timed_out:
-        return f"the compile took longer than {limits.wall_s:g} s"
-    if outcome.memory_exceeded:
-        return f"the compile used more than {limits.memory_bytes // MiB} MiB of memory"
-    code = outcome.returncode
-    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL):
-        return f"the compile used more than {limits.cpu_s:g} s of CPU"
-    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-        return f"the compile wrote a file larger than {limits.file_size_bytes // MiB} MiB"
-    if code != 0:
-        return f"the compiler exited with status {code}"
-    return None
-
-
-def _runtime_error(outcome: ProcessOutcome) -> str:
-    code = outcome.returncode or 0
-    if code < 0:
-        return f"killed by signal {-code} ({_signal_name(-code)})"
-    if outcome.maybe_signal:
-        return f"exit status {code} (or killed by signal {code - 128}, {_signal_name(code - 128)})"
-    last = outcome.stderr.strip().splitlines()[-1:] if outcome.stderr.strip() else []
-    said = f": {_capped(last[0], 200)}" if last else ""
-    return f"exit status {code}{said}"
-
-
-def _signal_name(number: int) -> str:
-    with contextlib.suppress(ValueError):
-        return signal.Signals(number).name
-    return "unknown"
-
-
-def _capped(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
