@@ -49,6 +49,13 @@ def python_paths() -> list[Path]:
     return sorted(found)
 
 
+def task_folders() -> list[Path]:
+    """The folder of the ``tasks`` package this process imports (real path), if any: task
+    data a student's program must not read is there (a ``tests`` judge's tests files)."""
+    folder = _packages()["tasks"]
+    return [folder] if folder is not None else []
+
+
 @functools.cache
 def _packages() -> dict[str, Path | None]:
     """Where this process imports ``tasks`` and ``chalk_client`` from (real paths), once."""
@@ -167,12 +174,14 @@ def view_entries(
     writable: Sequence[Path],
     tmp_bytes: int,
     hide: Path | None = None,
+    conceal: Sequence[Path] = (),
 ) -> list[ViewEntry]:
     """The steps that build a sandbox's root, parents first, as bubblewrap takes them.
 
     The system folders (or the links they are), ``/proc``, a minimal ``/dev``,
     a private ``/tmp``, then each allowlisted path with the folders above it.
     ``hide``: a folder shown empty (a tmpfs) before the paths inside it are bound.
+    ``conceal``: folders shown empty once all is bound (none holding a writable path).
     """
     entries: list[ViewEntry] = []
     system = []
@@ -203,6 +212,9 @@ def view_entries(
             created.add(parent)
         entries.append((how, str(path), ""))
         bound.append(path)
+    for path in conceal:
+        if path in bound and not any(path in folder.parents for folder in map(Path, writable)):
+            entries.append(("tmpfs", str(path), "4096"))
     return entries
 
 
@@ -245,7 +257,10 @@ def bwrap_argv(
     chdir: Path,
     tmp_bytes: int,
     hide: Path | None = None,
+    conceal: Sequence[Path] = (),
 ) -> list[str]:
     """The bubblewrap arguments (up to and including ``--``) for one run."""
-    entries = view_entries(readonly=readonly, writable=writable, tmp_bytes=tmp_bytes, hide=hide)
+    entries = view_entries(
+        readonly=readonly, writable=writable, tmp_bytes=tmp_bytes, hide=hide, conceal=conceal
+    )
     return render_bwrap(bwrap, entries, chdir)

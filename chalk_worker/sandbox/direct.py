@@ -47,6 +47,7 @@ def run_direct(
     cgroups: SlotCgroups | None,
     hide: Path | None = None,
     stdin: Path | None = None,
+    conceal: Sequence[Path] = (),
 ) -> ProcessOutcome:
     """Run ``argv`` in a sandbox of its own and wait for it; kill all it left behind.
 
@@ -71,6 +72,7 @@ def run_direct(
             scratch=scratch,
             slot=slot,
             hide=hide,
+            conceal=conceal,
         )
         popen_cwd = None
     oom_before = 0
@@ -149,6 +151,7 @@ def _wrap(
     scratch: Path,
     slot: Slot | None,
     hide: Path | None,
+    conceal: Sequence[Path],
 ) -> list[str]:
     """``argv`` inside bubblewrap, run as the slot's user where ``setpriv`` is there."""
     assert layers.bwrap is not None
@@ -159,6 +162,7 @@ def _wrap(
         chdir=cwd,
         tmp_bytes=limits.file_size_bytes,
         hide=hide,
+        conceal=conceal,
     )
     if slot is not None and layers.setpriv:
         command += [

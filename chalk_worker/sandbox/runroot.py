@@ -140,6 +140,12 @@ def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int])
         syscalls.attach(fd, target)
     if hide:
         _hide(STAGE + hide)
+    for path in request.get("conceal") or ():
+        target = STAGE + path
+        if os.path.isdir(target) and not any(
+            run_path.startswith(path + "/") for run_path in request["mounts"]
+        ):  # shown empty: a small tmpfs over what the server's view bound there
+            syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=4k")
     # chroot, not pivot_root: unmounting the old root would cost an RCU grace period
     # (~1 ms) per run. The run cannot leave it: it drops every capability before
     # running anything (no CAP_SYS_CHROOT, no mounts), holds no descriptor of a folder

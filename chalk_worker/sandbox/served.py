@@ -73,6 +73,8 @@ class RunSpec:
     stdin: Path | None = None
     """A file the command reads as its stdin (``None``: empty). Opened by the worker:
     the run needs no view of it."""
+    conceal: Sequence[Path] = ()
+    """Folders of the server's view the run sees empty (where none of its paths lies)."""
 
 
 def run_served(
@@ -100,6 +102,7 @@ def run_served(
         "cgroups": 0,
         "python": python.to_json() if python is not None else None,
         "stdin": spec.stdin is not None,
+        "conceal": [str(path) for path in spec.conceal],
     }
     oom_before = 0
     if cgroups is not None:

@@ -124,13 +124,16 @@ class SandboxSession:
         readonly: Sequence[Path] = (),
         python: PythonCommand | None = None,
         stdin: Path | None = None,
+        conceal: Sequence[Path] = (),
     ) -> ProcessOutcome:
         """Run ``argv`` contained and wait for it; kill all it left behind.
 
         ``python``: the command is ``{python}`` with this program, and may run
         warm (forked from a started interpreter) where the sandbox offers it.
         ``stdin``: a file the command reads as its stdin (the worker opens it:
-        the run needs no view of it); else it reads nothing.
+        the run needs no view of it); else it reads nothing. ``conceal``:
+        folders the sandbox shows every run (the ``tasks`` folder, say) that
+        this one sees empty (except one holding the run's scratch space).
         """
         if not _startable(argv[0], cwd, env.get("PATH")):
             return ProcessOutcome(
@@ -153,6 +156,7 @@ class SandboxSession:
                 mounts=[*((path, True) for path in readonly), (self.scratch, False)],
                 hide=self._hidden(readonly),
                 stdin=stdin,
+                conceal=conceal,
             )
             try:
                 outcome = self._run_served(spec, python)
@@ -180,6 +184,7 @@ class SandboxSession:
             cgroups=self.sandbox.cgroups_for(self.slot) if self.slot else None,
             hide=self._hidden(readonly),
             stdin=stdin,
+            conceal=conceal,
         )
 
     def drop_cached(self) -> None:

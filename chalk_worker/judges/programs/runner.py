@@ -41,6 +41,7 @@ from chalk_worker.judges.programs.outcomes import (
     starved,
     warm_form,
 )
+from chalk_worker.sandbox.bwrap import task_folders
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.session import SandboxSession
@@ -91,6 +92,9 @@ class ProgramRunner:
         self.main_class = ""
         self.checker_paths: list[Path] = []
         """Read-only paths a checker's command needs (the submission, paths it names)."""
+        self.concealed = [*task_folders(), *(Path(p) for p in settings.sandbox_paths)]
+        """Folders every sandboxed run sees that the program and its compile see empty:
+        the ``tasks`` folder (tests files) and the operator's paths (grading data)."""
 
     def close(self) -> None:
         """Let go of what the runner holds outside the session (its input file)."""
@@ -150,7 +154,12 @@ class ProgramRunner:
         started = time.monotonic()
         argv = self._fill(self.spec.compile, name)
         outcome = self.session.run(
-            argv, cwd=home, env=self.env, limits=limits, python=warm_form(argv, self.settings)
+            argv,
+            cwd=home,
+            env=self.env,
+            limits=limits,
+            python=warm_form(argv, self.settings),  # Python's build is a syntax check only
+            conceal=self.concealed,
         )
         seconds = round(time.monotonic() - started, 3)
         problem = compile_problem(outcome, limits)
@@ -240,8 +249,9 @@ class ProgramRunner:
             cwd=self.run_dir,
             env=env,
             limits=limits,
-            python=warm_form(argv, self.settings),
+            # Cold: a warm interpreter holds the task packages it preloaded, in memory.
             stdin=Path(f"/proc/self/fd/{self._stdin}"),
+            conceal=self.concealed,
         )
         after = self.session.usage()
         cpu = peak = None
