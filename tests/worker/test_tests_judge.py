@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from worker.conftest import score_capped
 
+import tasks
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission, Transcript
 from chalk_client.judges import TestsJudge
 from chalk_client.scoring import Verdict, ZeroCause
@@ -439,6 +440,26 @@ a, b = map(int, input().split())
 print(a + b if notes == [False, "kept"] else notes)
 """
     assert verdicts(score_job(job_of(code))) == [AC, AC]
+
+
+def test_the_program_and_its_compile_cannot_read_the_task_s_tests_file() -> None:
+    tests_file = Path(tasks.__file__).parent / "pair_sum" / "tests.jsonl"
+    spy = f"""\
+import os
+try:
+    print(len(open({str(tests_file)!r}).read()))
+except OSError as exc:
+    print("hidden", sorted(os.listdir({str(tests_file.parent.parent)!r})))
+"""
+    result = score_job(job_of(spy, tests=[{"stdin": "", "stdout": "hidden []"}]))
+    assert verdicts(result) == [AC], result.scoring
+    embed = 'fn main(){ println!("{}", include_str!("TESTS").len()); }'.replace(
+        "TESTS", str(tests_file)
+    )
+    built = score_job(job_of(embed, "rust", language="rust", tests=SUMS[:1]))
+    assert verdicts(built) == [CE]
+    assert built.scoring is not None and built.scoring.compile is not None
+    assert "couldn't read" in built.scoring.compile.stderr
 
 
 def test_a_program_that_waits_is_a_time_limit_without_a_second_run() -> None:
