@@ -220,19 +220,26 @@ def _json(value: Any) -> bytes:
 
 
 def server_config(
-    bwrap: str, readonly_roots: Sequence[Path], *, warm: bool, own_python: bool = True
+    bwrap: str,
+    readonly_roots: Sequence[Path],
+    *,
+    warm: bool,
+    own_python: bool = True,
+    tasks: bool = True,
 ) -> ServerConfig:
     """The configuration of a sandbox's fork servers: warm (modules imported) or cold.
 
     Runs see the allowlisted paths; the server sees its own code as well.
     ``own_python``: the server's Python starts as a ``{python}`` script's would
     (``script_env``); false where an allowlisted path lies beside the packages.
+    ``tasks``: a warm server imports the task packages too (false: the standard
+    modules only, for runs that must not reach the graders' code or data).
     """
     run_view = view_entries(readonly=readonly_roots, writable=[], tmp_bytes=1 << 20)
     server_view = view_entries(
         readonly=[*readonly_roots, SERVER_SCRIPT.parent], writable=[], tmp_bytes=1 << 20
     )
-    preload = preload_modules() if warm else []
+    preload = preload_modules(with_tasks=tasks) if warm else []
     return ServerConfig(
         bwrap=bwrap,
         server_view=[*server_view, ("dir", STAGE, "")],

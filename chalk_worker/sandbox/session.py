@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from chalk_client.settings import ChalkSettings
 from chalk_worker import cleanup
@@ -45,6 +46,10 @@ from chalk_worker.sandbox.slots import Slot, SlotPool
 from chalk_worker.workdirs import PREFIX, in_memory_area
 
 log = logging.getLogger(__name__)
+
+ServerKind = Literal["cold", "warm", "warm-standard"]
+"""A pool of fork servers: cold runs, warm ones with the task packages imported, warm ones
+with the standard modules only."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +220,14 @@ class SandboxSession:
         )
 
     def _run_served(self, spec: RunSpec, python: PythonCommand | None) -> ProcessOutcome | None:
-        """Run on this process's fork servers: warm if it can, else cold; ``None`` if none."""
-        warm = self.sandbox.warm_servers() if python is not None else None
+        """Run on this process's fork servers: warm if it can, else cold; ``None`` if none.
+
+        A run that conceals folders runs warm only on a server that imported no task
+        package: a warm interpreter holds in memory what it preloaded.
+        """
+        warm = None
+        if python is not None:
+            warm = self.sandbox.warm_servers(tasks=not spec.conceal)
         if warm is not None:
             with warm.server() as server:
                 if server is not None:
@@ -274,26 +285,30 @@ class Sandbox:
         self._lock = threading.Lock()
         self.can_mount = self.layers.root
         """Whether scratch spaces are mounted tmpfs (off after a mount fails)."""
-        self._servers: dict[bool, ForkServerPool | None] = {}
+        self._servers: dict[ServerKind, ForkServerPool | None] = {}
         self._servers_off: str | None = None
         atexit.register(self.close)
 
-    def warm_servers(self) -> ForkServerPool | None:
-        """This process's warm fork servers (modules imported), or ``None`` where off."""
+    def warm_servers(self, tasks: bool = True) -> ForkServerPool | None:
+        """This process's warm fork servers (modules imported), or ``None`` where off.
+
+        ``tasks``: servers that imported the task packages too; false: the standard
+        modules only (for runs that must not reach the graders' code).
+        """
         if not self.settings.warm_python:
             return None
-        return self._server_pool(warm=True)
+        return self._server_pool("warm" if tasks else "warm-standard")
 
     def cold_servers(self) -> ForkServerPool | None:
         """This process's fork servers for cold runs, or ``None`` where the machine has none."""
-        return self._server_pool(warm=False)
+        return self._server_pool("cold")
 
-    def _server_pool(self, warm: bool) -> ForkServerPool | None:
+    def _server_pool(self, kind: ServerKind) -> ForkServerPool | None:
         """They need what the fork server's runs use: root, bubblewrap, per-slot users and
         the mount API of Linux 5.12 (detached mounts)."""
         with self._lock:
-            if warm in self._servers:
-                return self._servers[warm]
+            if kind in self._servers:
+                return self._servers[kind]
             if self._servers_off is None:
                 self._servers_off = self._why_no_servers()
                 if self._servers_off:
@@ -302,15 +317,19 @@ class Sandbox:
                         self._servers_off,
                     )
             if self._servers_off:
-                self._servers[warm] = None
+                self._servers[kind] = None
                 return None
             assert self.layers.bwrap is not None
             own_python = not beside_packages(self.settings.sandbox_paths)
             config = server_config(
-                self.layers.bwrap, self.readonly_roots, warm=warm, own_python=own_python
+                self.layers.bwrap,
+                self.readonly_roots,
+                warm=kind != "cold",
+                own_python=own_python,
+                tasks=kind == "warm",
             )
             pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
-            self._servers[warm] = pool
+            self._servers[kind] = pool
             return pool
 
     def _why_no_servers(self) -> str:

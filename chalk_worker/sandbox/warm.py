@@ -39,9 +39,11 @@ STANDARD_MODULES = (
 """Standard modules every warm server imports."""
 
 
-def preload_modules() -> list[str]:
-    """The standard modules above and the packages directly under ``tasks/``."""
+def preload_modules(with_tasks: bool = True) -> list[str]:
+    """The standard modules above and (``with_tasks``) the packages directly under ``tasks/``."""
     names = list(STANDARD_MODULES)
+    if not with_tasks:
+        return names
     try:
         import tasks
     except ImportError:

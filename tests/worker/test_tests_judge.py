@@ -453,6 +453,10 @@ except OSError as exc:
 """
     result = score_job(job_of(spy, tests=[{"stdin": "", "stdout": "hidden []"}]))
     assert verdicts(result) == [AC], result.scoring
+    # Nor, running warm, any task package a warm interpreter imported ahead.
+    modules = "import sys\nprint(sorted(m for m in sys.modules if m.startswith('tasks')))"
+    result = score_job(job_of(modules, tests=[{"stdin": "", "stdout": "[]"}]))
+    assert verdicts(result) == [AC], result.scoring
     embed = 'fn main(){ println!("{}", include_str!("TESTS").len()); }'.replace(
         "TESTS", str(tests_file)
     )

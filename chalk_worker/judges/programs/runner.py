@@ -249,7 +249,8 @@ class ProgramRunner:
             cwd=self.run_dir,
             env=env,
             limits=limits,
-            # Cold: a warm interpreter holds the task packages it preloaded, in memory.
+            # Warm on servers that preloaded no task package (it conceals their folder).
+            python=warm_form(argv, self.settings),
             stdin=Path(f"/proc/self/fd/{self._stdin}"),
             conceal=self.concealed,
         )
