@@ -61,6 +61,7 @@ CAP_SYS_RESOURCE = 24
 
 KEYCTL_CLEAR = 7
 KEY_SPEC_USER_KEYRING = -4
+KEY_SPEC_USER_SESSION_KEYRING = -5
 
 
 class _MountAttr(ctypes.Structure):
@@ -203,10 +204,12 @@ def keep_capabilities(keep: tuple[int, ...]) -> None:
 
 
 def clear_user_keyring() -> None:
-    """Empty the calling uid's kernel keyring, which outlives its processes.
+    """Empty the calling uid's kernel keyrings (user and user-session), which outlive
+    its processes.
 
     Scripts of one sandbox slot share a uid; without this a run could leave a
     key there for the next one to read. Failing (no keyring support) is harmless.
     """
     if _KEYCTL is not None:
         _syscall(_KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING)
+        _syscall(_KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_SESSION_KEYRING)

@@ -370,9 +370,11 @@ def test_a_run_holds_none_of_the_servers_descriptors(settings):
     assert facts["server fds"] in ("FileNotFoundError", "PermissionError")
 
 
+@pytest.mark.parametrize("keyring", [-4, -5], ids=["user", "user session"])
 @pytest.mark.parametrize("how", ["warm", "cold", "direct"])
-def test_the_slot_users_keyring_is_empty_for_every_run(settings, how, monkeypatch):
-    # A uid's user keyring outlives its processes: each run must find it empty.
+def test_the_slot_users_keyring_is_empty_for_every_run(settings, how, keyring, monkeypatch):
+    # A uid's user and user-session keyrings outlive its processes: each run must find
+    # them empty.
     settings = settings.model_copy(update={"warm_python": how == "warm"})
     if how == "direct":  # no fork server: each script starts its own bubblewrap
         from chalk_worker.sandbox import servers as module
@@ -385,10 +387,10 @@ def test_the_slot_users_keyring_is_empty_for_every_run(settings, how, monkeypatc
         libc.syscall.restype = ctypes.c_long
         long = ctypes.c_long
         facts["key"] = libc.syscall(
-            long(248), b"user", b"chalk-planted", b"from-run-1", long(10), long(-4)
+            long(248), b"user", b"chalk-planted", b"from-run-1", long(10), long(KEYRING)
         )
         write()
-    """
+    """.replace("KEYRING", str(keyring))
     assert int(run(settings, add_key).scoring.metadata["key"]) > 0
     found = run(
         settings,
@@ -397,10 +399,10 @@ def test_the_slot_users_keyring_is_empty_for_every_run(settings, how, monkeypatc
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         long = ctypes.c_long
-        search = (long(250), long(10), long(-4), b"user", b"chalk-planted", long(0))
+        search = (long(250), long(10), long(KEYRING), b"user", b"chalk-planted", long(0))
         facts["found"] = libc.syscall(*search)
         write()
-        """,
+        """.replace("KEYRING", str(keyring)),
     )
     assert found.scoring.metadata["found"] == "-1"
     started = "warm" if how == "warm" else "cold"
