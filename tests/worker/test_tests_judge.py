@@ -604,3 +604,31 @@ def test_hostile_programs_are_contained_and_the_worker_goes_on(
     )
     assert verdicts(results["good"]) == [AC, AC]
     assert verdicts(results["hostile"]) == expected, results["hostile"].scoring
+
+
+def test_a_build_cache_someone_else_made_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a shared work folder (/tmp by default) anyone may make chalk-builds first, and
+    # plant a right program under the key of a wrong one.
+    from chalk_worker.judges.programs.builds import build_key
+
+    work = tmp_path / "work"
+    work.mkdir(mode=0o1777)
+    work.chmod(0o1777)
+    wrong = "print(0)\n# planted " + uuid.uuid4().hex
+    chain = languages.toolchains().found["python"]
+    assert chain.spec.compile is not None
+    parts = [chain.spec.name, chain.version, *chain.spec.compile, "main.py"]
+    key = build_key(parts, (wrong + "\n").encode())  # the code block, as the judge reads it
+    planted = work / "chalk-builds" / key
+    planted.mkdir(parents=True)
+    (planted / "main.py").write_text(PROGRAMS["python"]["ac"])
+    for folder in (planted.parent, planted):
+        os.chown(folder, 65534, 65534)
+        folder.chmod(0o777)
+    monkeypatch.setenv("CHALK_WORK_DIR", str(work))
+    result = score_job(job_of(wrong))
+    assert verdicts(result) == [WA, WA]
+    assert result.scoring is not None and result.scoring.compile is not None
+    assert not result.scoring.compile.cached

@@ -11,7 +11,9 @@ folders only, none through a link, within size limits.
 The cache is a folder of the worker's machine (``chalk-builds`` beside the job
 folders), shared by its processes: entries are written under a temporary name
 and renamed into place, and the oldest are removed when it grows past
-``CHALK_BUILD_CACHE_MB``.
+``CHALK_BUILD_CACHE_MB``. A cache folder (or entry) that is not the worker's
+own, closed to others, is not used: in a shared temporary folder anyone could
+have made it first.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_FILES = 10_000
 """Files one build may keep."""
+_warned: set[Path] = set()
 
 
 class BuildTooLarge(Exception):
@@ -88,9 +91,30 @@ class BuildCache:
         self.root = root
         self.max_bytes = max_bytes
 
+    def _trusted(self, path: Path) -> bool:
+        """Whether ``path`` is a folder of this process's user that no one else may write
+        (not a link): a cache anyone could write to would hand out their builds."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+        if mine and not info.st_mode & 0o022:
+            return True
+        if path == self.root and path not in _warned:
+            _warned.add(path)
+            log.warning(
+                "the build cache %s is not a folder of this user closed to others: not used "
+                "(remove it, or set CHALK_WORK_DIR to a folder of the worker's own)",
+                path,
+            )
+        return False
+
     def restore(self, key: str, into: Path) -> bool:
         """Copy the build kept under ``key`` into the folder ``into``; whether one was kept."""
         kept = self.root / key
+        if not (self._trusted(self.root) and self._trusted(kept)):
+            return False
         try:
             names = os.listdir(kept)
         except OSError:
@@ -113,6 +137,12 @@ class BuildCache:
             return
         try:
             self.root.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            log.warning("could not keep a build in %s: %s", self.root, exc)
+            return
+        if not self._trusted(self.root):
+            return
+        try:
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         except OSError as exc:
             log.warning("could not keep a build in %s: %s", self.root, exc)
