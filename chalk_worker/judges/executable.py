@@ -273,7 +273,7 @@ def _within(path: Path, folder: Path) -> bool:
     return resolved == root or root in resolved.parents
 
 
-def _named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -> list[Path]:
+def named_paths(words: list[str], session: SandboxSession, shown: list[Path]) -> list[Path]:
     """Absolute host paths the job's command names (its script, a data folder, ``cwd``).
 
     The job's author chose them, not the student, so they are shown read-only;
@@ -325,7 +325,7 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
                 "allows; leave cwd unset and pass {submission_dir} to the command instead"
             )
         if context.settings.sandbox_named_paths:
-            readonly += _named_paths([*argv[:-1], str(cwd)], session, readonly)
+            readonly += named_paths([*argv[:-1], str(cwd)], session, readonly)
         if not session.visible(cwd, readonly):
             return Scoring.fail(
                 "error",

@@ -23,6 +23,7 @@ from chalk_worker.judges.programs.builds import BuildCache
 from chalk_worker.judges.programs.cases import TestsFileError, test_cases
 from chalk_worker.judges.programs.checker import CheckerFailed
 from chalk_worker.judges.programs.languages import toolchains
+from chalk_worker.judges.programs.outcomes import ToolchainUnusable
 from chalk_worker.judges.programs.runner import ProgramRunner
 from chalk_worker.judges.programs.source import NoProgram, find_program
 from chalk_worker.sandbox.policy import check_command
@@ -105,9 +106,10 @@ def _judge(judge: TestsJudge, context: JudgeContext) -> Scoring:
     root = work_root(settings)
     cache = BuildCache(root / BUILD_CACHE, settings.build_cache_mb * MiB)
     with sandbox.session(context.job_dir, file_bytes, root) as session:
-        runner = ProgramRunner(session, toolchain, judge, settings, context.limits, cache)
+        runner = ProgramRunner(
+            session, toolchain, judge, settings, context.limits, cache, context.submission_dir
+        )
         try:
-            runner.checker_paths = [context.submission_dir]
             built = runner.build(program.source)
             if built.result is not None and not built.result.ok:
                 total = _count(judge, context)
@@ -124,6 +126,13 @@ def _judge(judge: TestsJudge, context: JudgeContext) -> Scoring:
                     break
         except CheckerFailed as exc:
             return Scoring.fail("error", str(exc), cause=GRADER_ERROR)
+        except ToolchainUnusable as exc:
+            return Scoring.fail(
+                "error",
+                f"this worker's {program.language} toolchain could not run in the sandbox: {exc} "
+                "(install it where the sandbox shows it: /usr, or CHALK_SANDBOX_PATHS)",
+                cause=GRADER_ERROR,
+            )
         finally:
             runner.close()
     return _scoring(judge, program.language, results, built.result)

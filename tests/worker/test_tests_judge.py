@@ -9,6 +9,7 @@ on a loaded machine, and hostile programs (in a worker held in a test cgroup).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -300,6 +301,46 @@ def test_a_checker_that_misbehaves_is_the_grader_s_error(
     assert problem in result.scoring.metadata["error"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["{python}", "/nonexistent/check.py"],  # Python: "can't open file", exit 2
+        ["{python}", "-m", "tasks.pair_sum.checkr"],  # a typo: "No module named", exit 1
+        ["bash", "-c", "if then"],  # a syntax error: exit 2
+        ["{python}", "check.py"],  # a relative path: not found, exit 2
+    ],
+    ids=["missing script", "module typo", "bash syntax", "relative path"],
+)
+def test_a_checker_that_would_mark_every_answer_wrong_is_the_grader_s_error(
+    command: list[str],
+) -> None:
+    result = score_job(job_of(PROGRAMS["python"]["ac"], compare={"checker": command}))
+    assert result.scoring is not None and result.scoring.grader_error, result.scoring
+    assert "does not accept a test's expected output" in result.scoring.metadata["error"]
+
+
+def test_a_checker_may_come_with_the_submission_or_from_a_host_path(tmp_path: Path) -> None:
+    check = (
+        "import sys\nsys.exit(0 if open(sys.argv[2]).read().split() == "
+        "open(sys.argv[3]).read().split() else 1)\n"
+    )
+    host = tmp_path / "checks"
+    host.mkdir()
+    host.chmod(0o755)
+    (host / "same.py").write_text(check)
+    (host / "same.py").chmod(0o644)
+    for command, files in (
+        (["{python}", "{submission_dir}/same.py"], {"same.py": check}),
+        (["{python}", str(host / "same.py")], {"x": "1"}),
+    ):
+        job = ScoringJob(
+            transcript=said("python", "print(3)"),
+            judge=TestsJudge(tests=SUMS, compare={"checker": command}),
+            submission=Submission.from_files(files),
+        )
+        assert verdicts(score_job(job)) == [AC, WA], command
+
+
 # -- where tests and programs come from ---------------------------------------------
 
 
@@ -390,6 +431,17 @@ def test_no_program_is_a_compile_error_of_every_test(
     assert result.scoring.compile is not None and problem in result.scoring.compile.stderr
 
 
+def test_java_s_main_class_is_read_from_the_code_not_its_comments_or_strings() -> None:
+    code = (
+        "// Unlike a public class Foo, this one reads two numbers.\n"
+        "/* public class Bar */\n"
+        'import java.util.*;\npublic class Adder { static String s = "public class Baz";'
+        " public static void main(String[] a) { Scanner in = new Scanner(System.in);"
+        " System.out.println(in.nextLong() + in.nextLong()); } }"
+    )
+    assert verdicts(score_job(job_of(code, "java", language="java"))) == [AC, AC]
+
+
 def test_all_or_nothing_scores_one_only_when_every_test_passes() -> None:
     assert score_job(job_of("print(3)", scoring="all_or_nothing")).score == 0.0
     assert score_job(job_of("print(3)")).score == 0.5
@@ -421,6 +473,24 @@ def test_a_worker_without_the_toolchain_says_so_and_never_scores_the_student_zer
     assert result.scoring is not None and result.scoring.grader_error
     assert "cannot run rust programs" in result.scoring.metadata["error"]
     assert "install it" in result.scoring.metadata["error"]
+
+
+def test_a_toolchain_the_sandbox_cannot_see_is_the_grader_s_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found on the system's PATH, but a link to a folder the sandbox does not show.
+    hidden = tmp_path / "opt" / "bash"
+    hidden.parent.mkdir()
+    shutil.copy("/bin/bash", hidden)
+    found = languages.toolchains()
+    bash = found.found["bash"]
+    elsewhere = languages.Toolchain(bash.spec, {"bash": str(hidden)}, bash.version)
+    monkeypatch.setattr(
+        languages, "_detected", languages.Toolchains({**found.found, "bash": elsewhere}, {})
+    )
+    result = score_job(job_of(PROGRAMS["bash"]["ac"], "bash", language="bash"))
+    assert result.scoring is not None and result.scoring.grader_error, result.scoring
+    assert "toolchain could not run in the sandbox" in result.scoring.metadata["error"]
 
 
 # -- what a program can do to the tests, and to the worker ------------------------------
@@ -464,6 +534,22 @@ except OSError as exc:
     assert verdicts(built) == [CE]
     assert built.scoring is not None and built.scoring.compile is not None
     assert "couldn't read" in built.scoring.compile.stderr
+
+
+def test_each_test_s_memory_is_its_own_not_the_last_test_s_tmp() -> None:
+    # The last run's /tmp may still be held as a run starts: not this run's memory.
+    code = (
+        "what = input().strip()\n"
+        "if what == 'fill':\n    open('/tmp/big', 'wb').write(b'x' * (110 << 20))\n"
+        "else:\n    kept = b'y' * (110 << 20)\n"
+        "print(3)"
+    )
+    tests = [{"stdin": what, "stdout": "3"} for what in ("fill", "alloc", "alloc")]
+    result = score_job(job_of(code, tests=tests, memory_limit_mb=512))
+    assert verdicts(result) == [AC, AC, AC]
+    assert result.scoring is not None and result.scoring.tests is not None
+    for test in result.scoring.tests:
+        assert test.memory_mb is not None and test.memory_mb >= 105, result.scoring.tests
 
 
 def test_a_program_that_waits_is_a_time_limit_without_a_second_run() -> None:

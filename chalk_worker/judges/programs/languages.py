@@ -194,12 +194,21 @@ _JAVA_CLASS = re.compile(r"\bclass\s+(\w+)")
 _JAVA_MAIN = re.compile(r"\bstatic\s+void\s+main\s*\(")
 
 
+_JAVA_NOT_CODE = re.compile(
+    r'//[^\n]*|/\*.*?\*/|"""(?:\\.|[^\\])*?"""|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+    re.DOTALL,
+)
+"""Comments, text blocks, strings and characters: no class is declared in them."""
+
+
 def java_main_class(source: str) -> str:
     """The class a Java program's file must be named after and run as.
 
     Its public class if it has one (javac wants the file named so); else the
-    last class declared before ``static void main``; else ``Main``.
+    last class declared before ``static void main``; else ``Main``. Comments
+    and strings are left out of the search.
     """
+    source = _JAVA_NOT_CODE.sub(" ", source)
     public = _JAVA_PUBLIC.search(source)
     if public:
         return public.group(1)

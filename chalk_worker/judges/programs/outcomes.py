@@ -34,15 +34,27 @@ def warm_form(argv: list[str], settings: ChalkSettings) -> PythonCommand | None:
     return parse_python_command(argv)
 
 
-def compile_problem(outcome: ProcessOutcome, limits: ProcessLimits) -> str | None:
-    """Why a compile failed, in words; ``None`` if it succeeded."""
+class ToolchainUnusable(Exception):
+    """Raised when a toolchain this worker found cannot start in the sandbox (installed
+    where the sandbox does not show it, say): the grader's failure, not the student's."""
+
+
+def compile_problem(
+    outcome: ProcessOutcome, limits: ProcessLimits, cpu_s: float | None = None
+) -> str | None:
+    """Why a compile failed, in words; ``None`` if it succeeded. ``cpu_s``: the CPU time
+    it used (a compiler's driver reports its killed pass as an exit status of its own)."""
     if outcome.start_error is not None:
-        return f"the compiler could not start: {outcome.start_error}"
+        raise ToolchainUnusable(f"the compiler could not start: {outcome.start_error}")
+    code = outcome.returncode
+    if code == 0 and not outcome.timed_out:
+        return None
+    if limits.cpu_s is not None and cpu_s is not None and cpu_s >= 0.95 * limits.cpu_s:
+        return f"the compile used {cpu_s:.1f} s of CPU, the limit is {limits.cpu_s:g} s"
     if outcome.timed_out:
         return f"the compile took longer than {limits.wall_s:g} s"
     if outcome.memory_exceeded:
         return f"the compile used more than {limits.memory_bytes // MiB} MiB of memory"
-    code = outcome.returncode
     if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL):
         return f"the compile used more than {limits.cpu_s:g} s of CPU"
     if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):

@@ -31,10 +31,11 @@ from chalk_client.program_tests import Checker, TestCase
 from chalk_client.scoring import CompileResult, TestResult, Verdict
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges.programs.builds import MAX_FILES, BuildCache, build_key
-from chalk_worker.judges.programs.checker import CheckerSetting, run_checker
+from chalk_worker.judges.programs.checker import CheckerSetting, TestChecker
 from chalk_worker.judges.programs.compare import compare_outputs
 from chalk_worker.judges.programs.languages import Toolchain, java_main_class
 from chalk_worker.judges.programs.outcomes import (
+    ToolchainUnusable,
     capped,
     compile_problem,
     runtime_error,
@@ -76,6 +77,7 @@ class ProgramRunner:
         settings: ChalkSettings,
         limits: ResolvedLimits,
         cache: BuildCache | None,
+        submission_dir: Path,
     ) -> None:
         self.session = session
         self.toolchain = toolchain
@@ -90,8 +92,8 @@ class ProgramRunner:
         self.env = self._environment()
         self._stdin = os.memfd_create("chalk-test-input", os.MFD_CLOEXEC)
         self.main_class = ""
-        self.checker_paths: list[Path] = []
-        """Read-only paths a checker's command needs (the submission, paths it names)."""
+        self.submission_dir = submission_dir
+        self.checker: TestChecker | None = None
         self.concealed = [*task_folders(), *(Path(p) for p in settings.sandbox_paths)]
         """Folders every sandboxed run sees that the program and its compile see empty:
         the ``tasks`` folder (tests files) and the operator's paths (grading data)."""
@@ -152,6 +154,7 @@ class ProgramRunner:
             cpu_s=self.settings.compile_cpu_s,
         )
         started = time.monotonic()
+        before = self.session.usage().cpu_s
         argv = self._fill(self.spec.compile, name)
         outcome = self.session.run(
             argv,
@@ -162,7 +165,9 @@ class ProgramRunner:
             conceal=self.concealed,
         )
         seconds = round(time.monotonic() - started, 3)
-        problem = compile_problem(outcome, limits)
+        after = self.session.usage().cpu_s
+        used = after - before if after is not None and before is not None else None
+        problem = compile_problem(outcome, limits, used)
         messages = capped(outcome.stderr or outcome.stdout, COMPILER_MESSAGES_SHOWN)
         if problem is None:
             problem = self._keep_outputs()
@@ -259,9 +264,10 @@ class ProgramRunner:
         if before.cpu_s is not None and after.cpu_s is not None:
             cpu = round(max(0.0, after.cpu_s - before.cpu_s), 4)
         if after.memory_peak_bytes is not None:
-            # Less what the slot held before the run: files the kernel still caches for it
-            # (a compiler's libraries, the build), not the program's memory.
-            peak = max(0, after.memory_peak_bytes - (before.memory_bytes or 0))
+            # Less what the slot holds that is not the run's: its build, and the last run's
+            # /tmp, which may still be there as the run starts and gone by its end.
+            held = min(before.memory_bytes or 0, after.memory_bytes or 0)
+            peak = max(0, after.memory_peak_bytes - held)
         measured: dict[str, Any] = {
             "cpu_s": cpu,
             "wall_s": round(outcome.duration_s, 4),
@@ -279,6 +285,8 @@ class ProgramRunner:
     ) -> tuple[Verdict, str | None] | None:
         limit = self.judge.time_limit_s
         if outcome.start_error is not None:
+            if self.spec.run[0].startswith("{"):  # an interpreter, a JVM: the toolchain's
+                raise ToolchainUnusable(outcome.start_error)
             return Verdict.RUNTIME_ERROR, outcome.start_error
         if outcome.memory_exceeded:
             return Verdict.MEMORY_LIMIT, f"killed at the memory limit ({self.memory_mb} MiB)"
@@ -323,8 +331,11 @@ class ProgramRunner:
     def _compare(self, case: TestCase, outcome: ProcessOutcome) -> tuple[Verdict, str | None]:
         compare = self.judge.compare
         if isinstance(compare, Checker):
-            setting = CheckerSetting(self.settings, self.limits, self.env, self.checker_paths)
-            return run_checker(self.session, compare, case, outcome.output, setting)
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # room for the checker's files
+            if self.checker is None:
+                setting = CheckerSetting(self.settings, self.limits, self.env, self.submission_dir)
+                self.checker = TestChecker(self.session, compare, setting)
+            return self.checker.verdict(case, outcome.output)
         return compare_outputs(outcome.output, case.stdout.encode(), compare)
 
     # -- checking --------------------------------------------------------------------
