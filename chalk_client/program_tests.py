@@ -18,9 +18,18 @@ stdout. How the two outputs are compared (``Compare``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
 
 from chalk_client.code_blocks import LANGUAGE_ALIASES, canonical_language
 
@@ -87,8 +96,26 @@ class Checker(BaseModel):
         return command
 
 
+def _compare_kind(value: Any) -> str | None:
+    """Which form of ``Compare`` a value is meant to be, by its shape (``None``: none)."""
+    if isinstance(value, str):
+        return "name"
+    if isinstance(value, Mapping) and len(value) == 1:
+        return {"float_tolerance": "numbers", "checker": "checker"}.get(next(iter(value)))
+    if isinstance(value, (FloatTolerance, Checker)):
+        return "numbers" if isinstance(value, FloatTolerance) else "checker"
+    return None
+
+
 Compare = Annotated[
-    Literal["tokens", "exact"] | FloatTolerance | Checker,
-    Field(union_mode="left_to_right"),
+    Annotated[Literal["tokens", "exact"], Tag("name")]
+    | Annotated[FloatTolerance, Tag("numbers")]
+    | Annotated[Checker, Tag("checker")],
+    Discriminator(
+        _compare_kind,
+        custom_error_type="compare",
+        custom_error_message='compare is "tokens", "exact", {"float_tolerance": 1e-6} or '
+        '{"checker": [COMMAND, ...]}',
+    ),
 ]
 """How a test's output is compared with the expected one (see the module's docstring)."""

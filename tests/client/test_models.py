@@ -7,7 +7,7 @@ import re
 import tarfile
 
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 import chalk_client
 from chalk_client import (
@@ -27,8 +27,10 @@ from chalk_client.judges import (
     CustomJudge,
     ExecutableJudge,
     FileContext,
+    JudgeSpec,
     RegexJudge,
     RubricJudge,
+    TestsJudge,
     TranscriptContext,
 )
 
@@ -358,3 +360,34 @@ def test_finite_numbers_and_odd_metadata_still_pass():
         metadata={"big": 1e308, "small": -1e-308, "int": 10**30, "loop": loop},
     )
     assert job.metadata["big"] == 1e308
+
+
+@pytest.mark.parametrize(
+    "compare, problem",
+    [
+        ({"checker": []}, "at least 1 item"),
+        ({"float_tolerance": -1}, "greater than or equal to 0"),
+        ("tokenz", "'tokens' or 'exact'"),
+        ({"checkr": ["x"]}, 'compare is "tokens", "exact"'),
+        ({"checker": ["c", "{input}"]}, "places all of {input}, {output} and {expected}"),
+    ],
+)
+def test_a_tests_judge_s_compare_is_refused_saying_what_is_wrong(compare, problem):
+    with pytest.raises(ValidationError) as caught:
+        TestsJudge(tests=[{"stdout": "1"}], compare=compare)
+    assert problem in str(caught.value)
+    assert len(caught.value.errors()) == 1  # one error, about what was meant
+
+
+def test_a_tests_judge_survives_json_and_reads_aliases():
+    judge = TestsJudge(
+        language="C++", tests=[{"input": "1 2", "output": "3"}], compare={"float_tolerance": 1e-6}
+    )
+    assert judge.language == "cpp" and judge.tests is not None
+    assert judge.tests[0].stdin == "1 2" and judge.tests[0].stdout == "3"
+    again = TypeAdapter(JudgeSpec).validate_json(judge.model_dump_json())
+    assert again == judge
+    with pytest.raises(ValidationError, match='either "tests" or "tests_file"'):
+        TestsJudge(tests=[{"stdout": "1"}], tests_file="tasks/x/tests.jsonl")
+    with pytest.raises(ValidationError, match=re.escape("without '..'")):
+        TestsJudge(source="../main.c", tests=[{"stdout": "1"}])
