@@ -3,7 +3,7 @@
 What a trainer does: its thread pool calls ``score_job`` once per rollout, or it
 hands the whole batch to ``score_jobs``. Both run in this process, with no Redis
 and no worker; the LLM is a loopback chat-completions server
-(``chalk_worker.fake_openai``) answering every call after ``--latency`` seconds,
+(``chalk_worker.testing.fake_openai``) answering every call after ``--latency`` seconds,
 run in a process of its own so that its threads do not compete with the
 scorer's for this one's interpreter.
 
@@ -70,7 +70,7 @@ def llm_server(latency_s: float) -> Iterator[str]:
 
 def serve(latency_s: float) -> None:
     """Serve chat completions until stdin closes (the child side of ``llm_server``)."""
-    from chalk_worker.fake_openai import FakeOpenAI
+    from chalk_worker.testing.fake_openai import FakeOpenAI
 
     with FakeOpenAI(latency_s=latency_s) as fake:
         print(fake.url, flush=True)

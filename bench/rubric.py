@@ -1,6 +1,6 @@
 """Rubric grading: 100 jobs x 5 criteria through a real worker, the LLM answering in 200 ms.
 
-A loopback chat-completions server (``chalk_worker.fake_openai``, in this
+A loopback chat-completions server (``chalk_worker.testing.fake_openai``, in this
 process) answers every call after ``--latency`` seconds. A real ``chalk worker``
 process on a private redis-server grades a batch submitted with ``ChalkClient``,
 its calls going through the real ``openai`` client under the in-flight cap.
@@ -32,7 +32,7 @@ from bench.cluster import chalk_workers, redis_server
 from bench.suite import Figure
 from chalk_client import ChalkClient, JobStatus, Message, ScoringJob, Transcript
 from chalk_client.judges import RubricJudge
-from chalk_worker.fake_openai import FakeOpenAI
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 GOAL = 30.0
 """The speedup over sequential calls the rubric judge must reach."""

@@ -13,7 +13,7 @@ with ``--workers`` reward workers, on the embedded queue and on a cluster:
 - ``compute_score_async``: the calls that arrive together go as one batch.
 
 The judge is a rubric of one criterion, so that the time is the LLM's: a
-loopback chat-completions server (``chalk_worker.fake_openai``) answers every
+loopback chat-completions server (``chalk_worker.testing.fake_openai``) answers every
 call after ``--latency`` seconds; the verdict caches are off, so every round
 makes every call. Printed per way and queue: each round's seconds, the median,
 and its ratio to the LLM bound (responses x latency / calls allowed in flight:
@@ -48,7 +48,7 @@ from bench.verl_loop import (
     scores,
 )
 from chalk_client.integrations import verl
-from chalk_worker.fake_openai import FakeOpenAI
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 CAP = 64
 """``CHALK_LLM_MAX_IN_FLIGHT``: LLM calls one process has in flight."""

@@ -40,12 +40,13 @@ from chalk_client.cluster.connection import sentinel_url
 from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
-from chalk_worker import deliveries, metrics, presence
-from chalk_worker.consume import Outcome, WorkerRuntime, worker_runtime
-from chalk_worker.deliveries import LostAttempt
-from chalk_worker.keeper import Resender
+from chalk_worker import metrics
+from chalk_worker.broker.transport import SHUTTING_DOWN
+from chalk_worker.cluster import delivery, presence
+from chalk_worker.cluster.consume import Outcome, WorkerRuntime, worker_runtime
+from chalk_worker.cluster.delivery import LostAttempt
+from chalk_worker.cluster.keeper import Resender
 from chalk_worker.sandbox import announce, detect_layers
-from chalk_worker.transport import SHUTTING_DOWN
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """The store and broker when ``CHALK_REDIS_URL`` is not set."""
@@ -71,10 +72,10 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
         backend_url = through_sentinels.backend_url()
         backend_options = through_sentinels.kombu_options()
     if broker_url.startswith(("redis://", "rediss://")):
-        celery.conf.broker_transport = "chalk_worker.transport:Transport"
+        celery.conf.broker_transport = "chalk_worker.broker.transport:Transport"
         transport_options["priority_steps"] = [0]  # Chalk sends no priorities: one list
     elif (broker_sentinels := sentinel_url(broker_url)) is not None:
-        celery.conf.broker_transport = "chalk_worker.sentinel_transport:SentinelTransport"
+        celery.conf.broker_transport = "chalk_worker.broker.sentinel:SentinelTransport"
         transport_options["priority_steps"] = [0]
         transport_options.update(broker_sentinels.kombu_options())
         broker_url = broker_sentinels.kombu_url()
@@ -173,7 +174,7 @@ def report_lost(lost: Sequence[LostAttempt]) -> None:
     by_node: dict[str, list[LostAttempt]] = {}
     for one in lost:
         if one.task_id:
-            by_node.setdefault(one.node or deliveries.REGISTRY.node, []).append(one)
+            by_node.setdefault(one.node or delivery.REGISTRY.node, []).append(one)
     for node, attempts in by_node.items():
         try:
             with app.events.default_dispatcher(hostname=node) as events:
@@ -243,10 +244,10 @@ def _start_runtime(**_: Any) -> None:
 
 def _note_pool(instance: Any = None, **_: Any) -> None:
     # A pool that starts each job as soon as it takes its message lets the start note
-    # the message's receipt (deliveries.NOTE_RECEIPTS); prefork holds messages first.
+    # the message's receipt (delivery.NOTE_RECEIPTS); prefork holds messages first.
     pool = getattr(instance, "pool_cls", None)
     name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
-    deliveries.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
+    delivery.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
 
 
 def _probe_sandbox(**_: Any) -> None:
@@ -266,7 +267,7 @@ def _announce_sandbox(**_: Any) -> None:
 def _wait_for_store(sender: Any = None, **_: Any) -> None:
     # Once logging is set up, before consuming: a worker started before Redis waits for it.
     if sender:
-        deliveries.REGISTRY.node = str(sender)  # named in its consumers' ids
+        delivery.REGISTRY.node = str(sender)  # named in its consumers' ids
     presence.wait_for_redis(redis_url)
 
 

@@ -152,7 +152,7 @@ def not_recording() -> Iterator[None]:
 
 
 class GradedVerdict(Protocol):
-    """What ``rubric_verdicts`` reads of a verdict (``chalk_worker.verdicts.Verdict``)."""
+    """What ``rubric_verdicts`` reads of a verdict (``chalk_worker.llm.verdicts.Verdict``)."""
 
     @property
     def cached(self) -> bool:

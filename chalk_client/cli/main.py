@@ -168,7 +168,7 @@ async def _score_embedded(
     # The embedded queue runs the worker's own runner in this process: the one place
     # the client reaches into chalk_worker, and only when no cluster is configured.
     from chalk_worker import metrics
-    from chalk_worker.embedded import score_stream
+    from chalk_worker.run.embedded import score_stream
 
     with metrics.not_recording():  # nothing serves them here
         async for result in score_stream(jobs, settings=settings, concurrency=concurrency):

@@ -1,6 +1,6 @@
 """A worker's presence: the record each live worker keeps fresh under ``chalk:worker:NODE``.
 
-Workers write it (``chalk_worker.presence``) when ready and refresh it every
+Workers write it (``chalk_worker.cluster.presence``) when ready and refresh it every
 half lease, with a TTL of two leases, so a dead worker drops out by itself;
 ``chalk health`` and the client read it.
 """

@@ -1,6 +1,6 @@
 """Pacing LLM requests across the cluster: the next free start per LLM server.
 
-See ``chalk_worker.rate_limit`` for the limiter that uses it.
+See ``chalk_worker.llm.rate`` for the limiter that uses it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The reconciler's scripts: find unfinished jobs without a message, and send them again.
 
-See ``chalk_worker.reconciler`` for how the reconciler uses them.
+See ``chalk_worker.cluster.reconcile`` for how the reconciler uses them.
 """
 
 from __future__ import annotations

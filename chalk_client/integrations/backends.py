@@ -66,7 +66,7 @@ class Embedded:
 
     def check(self, judge: JudgeSpec) -> None:
         """Unknown custom judges, refused commands and a missing LLM, as this process sees them."""
-        from chalk_worker.embedded import check_judge
+        from chalk_worker.run.embedded import check_judge
 
         check_judge(judge, self.settings)
 

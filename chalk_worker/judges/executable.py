@@ -28,7 +28,7 @@ from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import parse_python_command
-from chalk_worker.workdirs import make_job_folder, work_root
+from chalk_worker.sandbox.workdirs import make_job_folder, work_root
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox.session import SandboxSession

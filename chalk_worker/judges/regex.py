@@ -1,6 +1,6 @@
 """``RegexJudge``: every pattern must ``re.search`` the student's assistant text.
 
-The searches run in the worker process's regex helpers (``chalk_worker.regex_pool``),
+The searches run in the worker process's regex helpers (``chalk_worker.regex.pool``),
 within ``regex_timeout_s``: a pattern that backtracks for ever on a hostile
 transcript costs a helper, not the worker.
 """
@@ -11,7 +11,7 @@ from chalk_client.errors import JudgeError
 from chalk_client.judge_specs import RegexJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker.judges.base import JudgeContext, evaluator
-from chalk_worker.regex_pool import regex_pool
+from chalk_worker.regex.pool import regex_pool
 
 
 @evaluator("regex")

@@ -36,11 +36,11 @@ from chalk_client.judge_specs import RubricJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
 from chalk_worker import metrics
-from chalk_worker.contexts import render_contexts
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
+from chalk_worker.judges.contexts import render_contexts
 
 if TYPE_CHECKING:
-    from chalk_worker.verdicts import Verdict
+    from chalk_worker.llm.verdicts import Verdict
 
 
 def _label(verdict: Verdict) -> str:
@@ -57,7 +57,7 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
     try:
         return await _grade_all(judge, context, deadline=started + budget.left)
     except LLMUnavailableError as exc:
-        from chalk_worker.llm import SETTINGS_NOTE
+        from chalk_worker.llm.client import SETTINGS_NOTE
 
         # The user reading this may have set OPENAI_* where the client runs, not here.
         where = f"{socket.gethostname()}:{os.getpid()}"
@@ -69,8 +69,8 @@ async def evaluate_rubric(judge: RubricJudge, context: JudgeContext) -> Scoring:
 async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: float) -> Scoring:
     # The LLM client (``openai``) is imported when a rubric is first graded: a process
     # that never grades one (``chalk score`` with regex judges) starts without it.
-    from chalk_worker.llm import LLMServer, llm_pool
-    from chalk_worker.verdicts import ask_verdict
+    from chalk_worker.llm.client import LLMServer, llm_pool
+    from chalk_worker.llm.verdicts import ask_verdict
 
     settings = context.settings
     shown = await asyncio.to_thread(

@@ -27,7 +27,7 @@ from chalk_worker.judges.programs.outcomes import ToolchainUnusable
 from chalk_worker.judges.programs.runner import ProgramRunner
 from chalk_worker.judges.programs.source import NoProgram, find_program
 from chalk_worker.sandbox.policy import check_command
-from chalk_worker.workdirs import make_job_folder, work_root
+from chalk_worker.sandbox.workdirs import make_job_folder, work_root
 
 GRADER_ERROR = ZeroCause.GRADER_ERROR
 MiB = 1024 * 1024

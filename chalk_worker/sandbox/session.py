@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from chalk_client.settings import ChalkSettings
-from chalk_worker import cleanup
-from chalk_worker.sandbox import syscalls
+from chalk_worker.sandbox import cleanup, syscalls
 from chalk_worker.sandbox.bwrap import beside_packages, python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.direct import kill_everything, run_direct
@@ -43,7 +42,7 @@ from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
 from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
 from chalk_worker.sandbox.slots import Slot, SlotPool
-from chalk_worker.workdirs import PREFIX, in_memory_area
+from chalk_worker.sandbox.workdirs import PREFIX, in_memory_area
 
 log = logging.getLogger(__name__)
 

@@ -207,7 +207,7 @@ def test_concurrency_one_scores_everything(chalk, tmp_path, judge):
 
 
 def test_score_stream_refuses_a_concurrency_below_one():
-    from chalk_worker.embedded import score_stream
+    from chalk_worker.run.embedded import score_stream
 
     async def first() -> None:
         async for _ in score_stream([ScoringJob(id="a", judge=AlwaysPassJudge())], concurrency=0):

@@ -78,7 +78,7 @@ def test_the_worker_gives_celery_one_sentinel_in_the_url_and_all_in_the_options(
     )
     worker_app = importlib.import_module("chalk_worker.app")  # the worker's, as it configures it
     app = worker_app.make_app(ChalkSettings(redis_url=THREE), THREE)
-    assert app.conf.broker_transport == "chalk_worker.sentinel_transport:SentinelTransport"
+    assert app.conf.broker_transport == "chalk_worker.broker.sentinel:SentinelTransport"
     assert app.conf.broker_url == parsed.kombu_url()
     options = app.conf.broker_transport_options
     assert options["master_name"] == "chalk"
@@ -90,7 +90,7 @@ def test_the_worker_gives_celery_one_sentinel_in_the_url_and_all_in_the_options(
     assert app.conf.result_backend_transport_options["master_name"] == "chalk"
     connection = app.connection_for_read()
     assert connection.alt == []  # nothing to move to: Chalk's transport it stays
-    assert connection.transport_cls == "chalk_worker.sentinel_transport:SentinelTransport"
+    assert connection.transport_cls == "chalk_worker.broker.sentinel:SentinelTransport"
 
 
 def test_an_ipv6_sentinel_keeps_its_brackets() -> None:

@@ -41,7 +41,7 @@ from chalk_client.errors import (
 )
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
 from chalk_client.records import prepare_job
-from chalk_worker.leases import LeaseStore
+from chalk_worker.cluster.leases import LeaseStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

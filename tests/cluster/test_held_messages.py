@@ -16,9 +16,9 @@ import redis
 from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
 from chalk_client.cluster import keys
 from chalk_client.judges import AlwaysPassJudge
-from chalk_worker.deliveries import HeldEntry, HeldMessages
-from chalk_worker.leases import LeaseStore
-from chalk_worker.reconciler import Reconciler
+from chalk_worker.cluster.delivery import HeldEntry, HeldMessages
+from chalk_worker.cluster.leases import LeaseStore
+from chalk_worker.cluster.reconcile import Reconciler
 
 QUEUE = "q"
 CONSUMER = f"{QUEUE}@w1:host:4242:abcd:1"

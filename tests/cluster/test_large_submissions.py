@@ -50,7 +50,7 @@ def test_a_large_submission_is_streamed_to_the_worker_and_scored(client):
 
 def test_download_copies_an_archive_in_pieces_and_reports_one_that_is_gone(redis_url, tmp_path):
     from chalk_client import ChalkSettings
-    from chalk_worker.leases import DOWNLOAD_PIECE_BYTES, LeaseStore
+    from chalk_worker.cluster.leases import DOWNLOAD_PIECE_BYTES, LeaseStore
 
     store = redis.Redis.from_url(redis_url)
     data = os.urandom(2 * DOWNLOAD_PIECE_BYTES + 12345)

@@ -10,7 +10,7 @@ import redis
 from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
 from chalk_client.cluster import keys
 from chalk_client.judges import AlwaysPassJudge
-from chalk_worker.leases import LeaseStore
+from chalk_worker.cluster.leases import LeaseStore
 
 
 def setup(url: str, job_id: str = "j") -> LeaseStore:
@@ -115,9 +115,9 @@ def test_starting_a_job_marks_its_message_delivered(own_redis_url):
 def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
     import asyncio
 
-    from chalk_worker.consume import WorkerRuntime
-    from chalk_worker.keeper import Resender
-    from chalk_worker.leases import Start
+    from chalk_worker.cluster.consume import WorkerRuntime
+    from chalk_worker.cluster.keeper import Resender
+    from chalk_worker.cluster.leases import Start
 
     runtime = WorkerRuntime(ChalkSettings(), own_redis_url, Resender("chalk"))
     try:

@@ -30,9 +30,9 @@ from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
 from chalk_client.cluster import keys
 from chalk_client.jobs import JobResult
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
-from chalk_worker.consume import WorkerRuntime
-from chalk_worker.keeper import Resender
-from chalk_worker.leases import LeaseStore
+from chalk_worker.cluster.consume import WorkerRuntime
+from chalk_worker.cluster.keeper import Resender
+from chalk_worker.cluster.leases import LeaseStore
 
 FULL = 1
 """A ``maxmemory`` in bytes that any Redis is over."""
@@ -132,7 +132,7 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
 
     runtime = WorkerRuntime(settings, url, Resender("chalk"))
     try:
-        caplog.set_level(logging.WARNING, logger="chalk_worker.consume")
+        caplog.set_level(logging.WARNING, logger="chalk_worker.cluster.consume")
         threading.Timer(1.5, store.config_set, ("maxmemory", 0)).start()
         started = time.monotonic()
         start = runtime.retrying("starting job j", lambda: leases.start("j", runtime.owner))

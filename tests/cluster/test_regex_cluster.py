@@ -16,7 +16,7 @@ def helpers_of(pid: int) -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process(pid).children()
-        if any(part.endswith("regex_search.py") for part in child.cmdline())
+        if any(part.endswith("regex/search.py") for part in child.cmdline())
     ]
 
 

@@ -25,8 +25,9 @@ from support import say
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
 from chalk_client.judges import RubricJudge
 from chalk_client.usage import TokenUsage
-from chalk_worker import loop_redis, score_job
-from chalk_worker.fake_openai import FakeOpenAI, Reply
+from chalk_worker import score_job
+from chalk_worker.llm import loop_redis
+from chalk_worker.testing.fake_openai import FakeOpenAI, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 JUDGE = RubricJudge(
@@ -151,7 +152,7 @@ def test_redis_trouble_never_fails_grading_it_costs_calls(private_redis, fake, m
         return float(result.scoring.metadata["rubric_calls"])
 
     assert (grade(), grade()) == (3, 0)  # the second from Redis
-    caplog.set_level(logging.WARNING, logger="chalk_worker.loop_redis")
+    caplog.set_level(logging.WARNING, logger="chalk_worker.llm.loop_redis")
 
     proc.send_signal(signal.SIGSTOP)  # a Redis that accepts and never answers
     started = time.monotonic()

@@ -246,7 +246,7 @@ def test_chalk_worker_needs_a_redis_url():
 def test_the_transport_reuses_one_redis_client_per_connection_pool(own_redis_url):
     from kombu import Connection
 
-    with Connection(own_redis_url, transport="chalk_worker.transport:Transport") as conn:
+    with Connection(own_redis_url, transport="chalk_worker.broker.transport:Transport") as conn:
         channel = conn.default_channel
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
             assert first is second  # acks and events no longer build a client each

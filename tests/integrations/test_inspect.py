@@ -49,7 +49,7 @@ from chalk_client.judges import (  # noqa: E402
     RegexJudge,
     RubricJudge,
 )
-from chalk_worker.fake_openai import FakeOpenAI  # noqa: E402
+from chalk_worker.testing.fake_openai import FakeOpenAI  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,8 +30,8 @@ from chalk_client.errors import (
 from chalk_client.integrations.submissions import TextSubmission
 from chalk_client.integrations.trl import async_reward_function, reward_function
 from chalk_client.judges import CustomJudge, RegexJudge, RubricJudge
-from chalk_worker.fake_openai import FakeOpenAI, Reply
-from chalk_worker.llm import close_llm_clients
+from chalk_worker.llm.client import close_llm_clients
+from chalk_worker.testing.fake_openai import FakeOpenAI, Reply
 
 
 def trainer_kwargs(

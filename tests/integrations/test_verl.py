@@ -30,7 +30,7 @@ from chalk_client.errors import ConfigurationError, InvalidJobError
 from chalk_client.integrations import verl
 from chalk_client.integrations.verl import reward_function
 from chalk_client.judges import RegexJudge, RubricJudge
-from chalk_worker.fake_openai import FakeOpenAI
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 
 def _call_with_kwargs(raw_fn, extra_kwargs, *args, **kwargs):

@@ -25,7 +25,7 @@ from chalk_client.judges import (
     RubricJudge,
     TranscriptContext,
 )
-from chalk_worker.fake_openai import FakeOpenAI, Reply
+from chalk_worker.testing.fake_openai import FakeOpenAI, Reply
 
 RUBRIC = RubricJudge(
     rubric=[

@@ -6,7 +6,7 @@ import functools
 import threading
 import time
 
-from chalk_worker import cleanup
+from chalk_worker.sandbox import cleanup
 
 
 def test_work_is_done_in_order_off_the_caller_and_drain_waits_for_it():

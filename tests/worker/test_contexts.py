@@ -23,8 +23,8 @@ from chalk_client.judges import (
     register_context,
 )
 from chalk_worker import score_job
-from chalk_worker.contexts import render_contexts
-from chalk_worker.fake_openai import FakeOpenAI
+from chalk_worker.judges.contexts import render_contexts
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 
 @register_context("test_first_submission")

@@ -18,8 +18,8 @@ from support import say
 from chalk_client import JobStatus, ScoringJob
 from chalk_client.judges import AlwaysPassJudge, RegexJudge, RubricJudge
 from chalk_worker import score_job, score_job_async, score_jobs, score_jobs_async
-from chalk_worker.fake_openai import FakeOpenAI
-from chalk_worker.process_loop import process_loop
+from chalk_worker.run.process_loop import process_loop
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 
 def rubric_job(number: int, criteria: int = 2) -> ScoringJob:
@@ -159,7 +159,7 @@ def test_score_job_async_and_score_job_agree():
 
 def test_settings_read_from_the_environment_follow_its_changes(monkeypatch):
     from chalk_client.judges import ExecutableJudge
-    from chalk_worker.runner import default_settings
+    from chalk_worker.run.runner import default_settings
 
     job = ScoringJob(judge=ExecutableJudge(["{python}", "-c", "pass", "out.json"]))
     assert "not allowed" not in (score_job(job).error or "")

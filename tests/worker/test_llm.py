@@ -11,10 +11,10 @@ from support import say
 from chalk_client import JobStatus, ScoringJob
 from chalk_client.judges import RubricJudge
 from chalk_worker import score_job
-from chalk_worker.fake_openai import FakeOpenAI
-from chalk_worker.llm import LLMServer, ProcessSlots, llm_pool
-from chalk_worker.rate_limit import MemoryRateLimiter
-from chalk_worker.verdict_cache import CachedVerdict, MemoryVerdictCache
+from chalk_worker.llm.client import LLMServer, ProcessSlots, llm_pool
+from chalk_worker.llm.rate import MemoryRateLimiter
+from chalk_worker.llm.verdict_cache import CachedVerdict, MemoryVerdictCache
+from chalk_worker.testing.fake_openai import FakeOpenAI
 
 
 def test_a_forked_worker_makes_its_own_pool_and_client():
@@ -132,7 +132,7 @@ def test_the_pool_sends_what_chat_completions_create_would_send():
     import openai
     from openai.types.chat import ChatCompletion
 
-    from chalk_worker.verdicts import RESPONSE_FORMAT, build_messages
+    from chalk_worker.llm.verdicts import RESPONSE_FORMAT, build_messages
 
     request = {
         "model": "judge-model",

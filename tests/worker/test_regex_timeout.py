@@ -21,8 +21,8 @@ from chalk_client import ChalkSettings, JobStatus, ScoringJob
 from chalk_client.judges import RegexJudge
 from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job
-from chalk_worker.regex_pool import RegexPool, close_regex_pool, regex_pool
-from chalk_worker.runner import score_job_async
+from chalk_worker.regex.pool import RegexPool, close_regex_pool, regex_pool
+from chalk_worker.run.runner import score_job_async
 
 ROOT = Path(__file__).resolve().parents[2]
 REDOS = r"(a+)+$"
@@ -52,7 +52,7 @@ def helper_children() -> list[int]:
     found = []
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.NoSuchProcess):
-            helper = any(part.endswith("regex_search.py") for part in child.cmdline())
+            helper = any(part.endswith("regex/search.py") for part in child.cmdline())
             if helper and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child.pid)
     return found
@@ -274,7 +274,7 @@ def test_a_helper_that_dies_twice_fails_the_job_with_a_clear_error():
 
 WORKER_THAT_DIES = """
 import asyncio
-from chalk_worker.regex_pool import RegexPool
+from chalk_worker.regex.pool import RegexPool
 
 pool = RegexPool(size=2)
 

@@ -16,10 +16,10 @@ from chalk_client import ChalkSettings, JobResult, JobStatus, Scoring, ScoringJo
 from chalk_client.judges import CustomJudge, Judge, RubricJudge, register_judge
 from chalk_client.scoring import ZeroCause
 from chalk_worker import score_job, score_job_async
-from chalk_worker.fake_openai import FakeOpenAI, Reply
-from chalk_worker.fake_openai import settings_for as fake_settings
-from chalk_worker.llm import close_llm_clients
-from chalk_worker.verdicts import parse_verdict
+from chalk_worker.llm.client import close_llm_clients
+from chalk_worker.llm.verdicts import parse_verdict
+from chalk_worker.testing.fake_openai import FakeOpenAI, Reply
+from chalk_worker.testing.fake_openai import settings_for as fake_settings
 
 
 @pytest.fixture

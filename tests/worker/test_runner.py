@@ -126,7 +126,7 @@ def test_job_folders_of_dead_workers_are_swept(tmp_path, monkeypatch):
     import subprocess
 
     from chalk_client import ChalkSettings
-    from chalk_worker.workdirs import sweep_stale_job_dirs
+    from chalk_worker.sandbox.workdirs import sweep_stale_job_dirs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -200,7 +200,7 @@ def test_a_scratch_space_not_mounted_is_not_in_the_shared_in_memory_folder(
     # Jobs with nothing to unpack share one small tmpfs per process for their folders.
     # Where a script's scratch space cannot be mounted, its files would land there,
     # where a script could fill it for the other jobs: it goes in a folder of its own.
-    from chalk_worker import workdirs
+    from chalk_worker.sandbox import workdirs
     from chalk_worker.sandbox.session import Sandbox
 
     work = tmp_path / "work"
@@ -225,8 +225,8 @@ def test_a_scratch_space_not_mounted_is_not_in_the_shared_in_memory_folder(
 
 
 def test_the_wait_for_a_sandbox_slot_is_timed_apart_within_judge(script):
-    from chalk_worker.embedded import score_stream
     from chalk_worker.judges.executable import subprocess_slots
+    from chalk_worker.run.embedded import score_stream
 
     sleeper = script(
         "import json, sys, time\ntime.sleep(0.4)\n"

@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.rate import RESERVE
-from chalk_worker.loop_redis import REDIS_FAILURES, LoopRedis
+from chalk_worker.llm.loop_redis import REDIS_FAILURES, LoopRedis
 
 WITHOUT_IT = "this process paces its LLM requests alone, at the cluster's rate"
 

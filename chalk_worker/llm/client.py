@@ -5,7 +5,7 @@ process-wide cap on requests in flight (``CHALK_LLM_MAX_IN_FLIGHT``, all jobs
 and event loops of the process together). Every HTTP request it sends, retries
 included, is paced first: by this process's rate (``CHALK_LLM_REQUESTS_PER_MINUTE``)
 and the cluster's, shared through Redis (``CHALK_LLM_CLUSTER_REQUESTS_PER_MINUTE``,
-see ``chalk_worker.rate_limit``). The
+see ``chalk_worker.llm.rate``). The
 ``AsyncOpenAI`` client is made lazily, per process (so a Celery worker makes
 it after the fork) and per event loop (an HTTP connection pool belongs to one
 loop), then reused, connections included. Retries with exponential backoff and
@@ -30,8 +30,8 @@ from openai.types.chat import ChatCompletion
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings, LLMSettings
 from chalk_worker import metrics
-from chalk_worker.loop_redis import close_loop_redis, loop_redis
-from chalk_worker.rate_limit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from chalk_worker.llm.loop_redis import close_loop_redis, loop_redis
+from chalk_worker.llm.rate import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 SETTINGS_NOTE = (

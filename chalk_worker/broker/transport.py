@@ -3,7 +3,7 @@
 - kombu builds a message from whatever a queue's list holds, and Celery handles
   the message; an entry neither can read ended the whole worker ("Unrecoverable
   error"), or read as a lost connection that redelivered every message the
-  worker held. ``Message`` checks each entry first (``chalk_worker.entries``)
+  worker held. ``Message`` checks each entry first (``chalk_worker.broker.entries``)
   and the channel logs and drops one that is not a message. What Celery does
   handle (an unknown task, a body that is not valid JSON or does not decompress,
   a bad ``eta``) is left to Celery, which logs and drops it too. Errors of Redis,
@@ -27,7 +27,7 @@
   (``chalk_queue``) takes each message with ``BLMOVE`` into a held list of its own
   instead, registered with a liveness deadline; acknowledging removes it from
   the list, and a dead consumer's list is given back by the other workers
-  (``chalk_worker.deliveries``). A closing channel gives its list back at once.
+  (``chalk_worker.cluster.delivery``). A closing channel gives its list back at once.
 - Celery closes a channel when its connection is lost and then acknowledges or
   gives back messages through it; kombu then built a new connection pool from a
   connection Celery had already dropped and failed (``AttributeError`` on
@@ -57,10 +57,10 @@ from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.messages import HeldEntry
-from chalk_worker import deliveries
-from chalk_worker.deliveries import HeldMessages
-from chalk_worker.entries import check_envelope, check_task, job_of, why_dropped
-from chalk_worker.leases import describe_trouble
+from chalk_worker.broker.entries import check_envelope, check_task, job_of, why_dropped
+from chalk_worker.cluster import delivery
+from chalk_worker.cluster.delivery import HeldMessages
+from chalk_worker.cluster.leases import describe_trouble
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         self._held[delivery_tag] = raw
         virtual.QoS.append(self, message, delivery_tag)
         job = getattr(message, "chalk_job", None)
-        if job is None or not deliveries.NOTE_RECEIPTS:
+        if job is None or not delivery.NOTE_RECEIPTS:
             return
         delay = 1.0
         while True:
@@ -186,7 +186,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
                 # Redis keeps the entry until this keeper sends the ack (or, should this
                 # worker die first, gives it back: its job has a result and it is dropped).
                 log.warning("acknowledging a message failed (%s); will retry", exc)
-                deliveries.REGISTRY.ack_later(consumer, raw)
+                delivery.REGISTRY.ack_later(consumer, raw)
         virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
@@ -333,15 +333,15 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         if self.consumer is not None:
             return True
         assert self.chalk_queue is not None
-        consumer = deliveries.REGISTRY.new(self.chalk_queue)
+        consumer = delivery.REGISTRY.new(self.chalk_queue)
         try:
             self.held_messages().register([consumer])
         except (OutOfMemoryError, ReadOnlyError) as exc:
-            deliveries.REGISTRY.close(consumer, given_back=True)
+            delivery.REGISTRY.close(consumer, given_back=True)
             self._pause(exc, "registering this worker as a consumer of the queue")
             return False
         except BaseException:
-            deliveries.REGISTRY.close(consumer, given_back=True)
+            delivery.REGISTRY.close(consumer, given_back=True)
             raise
         self.consumer = consumer
         return True
@@ -437,9 +437,9 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
                 "retrying while it runs (or another worker does it once it is gone)",
                 exc,
             )
-            deliveries.REGISTRY.close(consumer, given_back=False)
+            delivery.REGISTRY.close(consumer, given_back=False)
             return
-        deliveries.REGISTRY.close(consumer, given_back=True)
+        delivery.REGISTRY.close(consumer, given_back=True)
 
     def _deliver_fanout_message(self, message: Any, exchange: str) -> bool:
         # Broadcasts (remote control) come by PUBLISH, past _brpop_read: one malformed

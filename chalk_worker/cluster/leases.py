@@ -47,7 +47,7 @@ from chalk_client.cluster.replicas import split_wait, with_wait
 from chalk_client.cluster.script import Build, as_text, run_pipeline
 from chalk_client.jobs import JobResult
 from chalk_client.settings import ChalkSettings
-from chalk_worker import deliveries
+from chalk_worker.cluster import delivery
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class LeaseStore:
             lease_ms=self.lease_ms,
             task_id=task_id,
             node=node,
-            mark_taken=not deliveries.NOTE_RECEIPTS,
+            mark_taken=not delivery.NOTE_RECEIPTS,
         )
 
     def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:

@@ -27,7 +27,7 @@ from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.settings import ChalkSettings
 from chalk_worker.judges.programs.languages import toolchains
-from chalk_worker.llm import configured_api_key, configured_base_url
+from chalk_worker.llm.client import configured_api_key, configured_base_url
 from chalk_worker.sandbox import detect_layers
 from chalk_worker.sandbox.warm import warm_python_report
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import redis
 
 from chalk_client.cluster.connection import redacted
-from chalk_worker import deliveries
-from chalk_worker.deliveries import LostAttempt
-from chalk_worker.leases import describe_trouble
-from chalk_worker.reconciler import Publish
+from chalk_worker.cluster import delivery
+from chalk_worker.cluster.delivery import LostAttempt
+from chalk_worker.cluster.leases import describe_trouble
+from chalk_worker.cluster.reconcile import Publish
 
 if TYPE_CHECKING:
-    from chalk_worker.consume import WorkerRuntime
+    from chalk_worker.cluster.consume import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class LeaseKeeper(threading.Thread):
             lost = runtime.leases.heartbeat(runtime.held(), runtime.owner)
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
-            runtime.held_messages.register(deliveries.REGISTRY.renewable())
+            runtime.held_messages.register(delivery.REGISTRY.renewable())
             self._send_watermarks()
             self._give_back_closed()
             if self._unreachable:
@@ -107,13 +107,13 @@ class LeaseKeeper(threading.Thread):
 
     def _send_acks(self) -> None:
         """Acknowledgements Redis refused before (they are kept until it takes them)."""
-        acks = deliveries.REGISTRY.take_unsent_acks()
+        acks = delivery.REGISTRY.take_unsent_acks()
         for i, (consumer, raw) in enumerate(acks):
             try:
                 self.runtime.held_messages.ack(consumer, raw)
             except redis.RedisError:
                 for left in acks[i:]:
-                    deliveries.REGISTRY.ack_later(*left)
+                    delivery.REGISTRY.ack_later(*left)
                 raise
 
     def _send_watermarks(self) -> None:
@@ -130,9 +130,9 @@ class LeaseKeeper(threading.Thread):
 
     def _give_back_closed(self) -> None:
         """Messages of this process's closed channels that Redis could not take back then."""
-        for consumer, _ in deliveries.REGISTRY.to_give_back():
+        for consumer, _ in delivery.REGISTRY.to_give_back():
             self.runtime.held_messages.give_back_all(consumer, fresh=False)
-            deliveries.REGISTRY.close(consumer, given_back=True)
+            delivery.REGISTRY.close(consumer, given_back=True)
             log.warning("gave back the messages a closed channel of this worker held")
 
     def _reap(self) -> None:
@@ -167,7 +167,7 @@ class LeaseKeeper(threading.Thread):
 
     def _give_back_dead(self) -> None:
         """Give back to the queue the messages held by consumers whose process died."""
-        mine = set(deliveries.REGISTRY.renewable())
+        mine = set(delivery.REGISTRY.renewable())
         held = self.runtime.held_messages
         for consumer in held.dead_consumers():
             if consumer in mine:

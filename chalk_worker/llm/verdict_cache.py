@@ -9,7 +9,7 @@ most recent verdicts), then, with a cluster (``CHALK_REDIS_URL``), Redis, shared
 by every worker (``chalk:verdict:KEY``, kept ``CHALK_RUBRIC_CACHE_TTL_S`` after
 its last use). A verdict found in Redis is remembered in memory too. Redis
 trouble never fails grading: the verdict is asked of the LLM instead, and the
-outage is logged (``chalk_worker.loop_redis``).
+outage is logged (``chalk_worker.llm.loop_redis``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from chalk_client.cluster import keys
 from chalk_client.settings import ChalkSettings
-from chalk_worker.loop_redis import REDIS_FAILURES, LoopRedis, loop_redis
+from chalk_worker.llm.loop_redis import REDIS_FAILURES, LoopRedis, loop_redis
 
 log = logging.getLogger(__name__)
 WITHOUT_IT = "grading goes on without the shared verdict cache"

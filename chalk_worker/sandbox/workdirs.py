@@ -103,7 +103,7 @@ def _remove_areas_at_exit() -> None:
     """This process's areas go with it (a forked child's exit leaves its parent's)."""
     if not any(area and key[0] == os.getpid() for key, area in _areas.items()):
         return
-    from chalk_worker import cleanup
+    from chalk_worker.sandbox import cleanup
 
     cleanup.drain()  # their job folders' scratch spaces are unmounted first
     _remove_areas(idle_only=False)

@@ -1,4 +1,4 @@
-"""Chalk's Redis transport (``chalk_worker.transport``) through Redis Sentinel.
+"""Chalk's Redis transport (``chalk_worker.broker.transport``) through Redis Sentinel.
 
 kombu's Sentinel channel asks the sentinels for the master whenever it makes a
 connection; this one does the same with everything Chalk's channel adds (held
@@ -18,7 +18,7 @@ import redis.sentinel
 from kombu.transport import redis as kombu_redis
 from kombu.utils.url import _parse_url
 
-from chalk_worker.transport import HELD_TIMEOUT_S, Channel, Transport
+from chalk_worker.broker.transport import HELD_TIMEOUT_S, Channel, Transport
 
 
 class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[misc]

@@ -26,10 +26,10 @@ from chalk_client.judge_specs import (
     RubricJudge,
 )
 from chalk_client.settings import ChalkSettings
-from chalk_worker import cleanup
-from chalk_worker.runner import default_settings, score_job_async, start_in_process, wait_for
-from chalk_worker.tasks_loader import failures_note, load_task_modules
-from chalk_worker.workdirs import release_idle_areas
+from chalk_worker.run.runner import default_settings, score_job_async, start_in_process, wait_for
+from chalk_worker.run.tasks_loader import failures_note, load_task_modules
+from chalk_worker.sandbox import cleanup
+from chalk_worker.sandbox.workdirs import release_idle_areas
 
 DEFAULT_CONCURRENCY = 32
 """Jobs in flight at once; subprocess judges are further capped at one per core."""
@@ -193,7 +193,7 @@ def check_judge(judge: JudgeSpec, settings: ChalkSettings | None = None) -> None
 
                 check_command(part.command, settings.allowed_commands)
             elif isinstance(part, RubricJudge):
-                from chalk_worker.llm import LLMServer  # the LLM client only where needed
+                from chalk_worker.llm.client import LLMServer  # the LLM client only where needed
 
                 LLMServer.from_settings(settings)
                 for context in part.context:

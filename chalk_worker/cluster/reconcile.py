@@ -39,7 +39,7 @@ from chalk_client.cluster.reconcile import (
 from chalk_client.cluster.script import as_text
 from chalk_client.cluster.submit import queue_published
 from chalk_client.settings import ChalkSettings
-from chalk_worker.deliveries import HeldMessages, LostAttempt
+from chalk_worker.cluster.delivery import HeldMessages, LostAttempt
 
 log = logging.getLogger(__name__)
 

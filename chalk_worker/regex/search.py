@@ -1,6 +1,6 @@
 """The regex helper's program: it answers ``re.search`` requests over a pipe.
 
-``chalk_worker.regex_pool`` runs this file as a script on the worker's own
+``chalk_worker.regex.pool`` runs this file as a script on the worker's own
 interpreter (``python -I -S``): it imports only the standard library, so it
 starts in about 50 ms and holds about 15 MB. A request is a list of patterns
 and a text; the reply lists the patterns found nowhere. Before each pattern the

@@ -7,7 +7,7 @@ presence with it. Regex judges therefore search in helper processes: the event
 loop waits on the helper's pipe, and a search that runs past its time limit
 costs only its helper, killed with ``SIGKILL`` and replaced when next needed.
 
-- A helper runs ``chalk_worker/regex_search.py`` as a script on the worker's
+- A helper runs ``chalk_worker/regex/search.py`` as a script on the worker's
   interpreter, isolated (``python -I -S``), started by fork-and-exec as
   ``spawn`` does (safe in a threaded parent). It imports only the standard
   library, so it starts in about 50 ms and holds about 15 MB
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Pipe
 from typing import TYPE_CHECKING, Any
 
-from chalk_worker.regex_search import NOT_BEGUN, PROGRESS_BYTES, READY, SCRIPT, RegexRequest
+from chalk_worker.regex.search import NOT_BEGUN, PROGRESS_BYTES, READY, SCRIPT, RegexRequest
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop, Future

@@ -4,7 +4,7 @@ kombu builds a message from whatever a queue's list holds, and Celery handles
 the message. An entry that is not JSON, not kombu's message shape, or a task
 message Celery cannot read (a ``task`` header that is not a name, no ``id``, a
 body that is not ``[args, kwargs, embed]``) ended the whole worker. The
-transport (``chalk_worker.transport``) checks each entry here first and drops,
+transport (``chalk_worker.broker.transport``) checks each entry here first and drops,
 with a log line, what raises ``MalformedEntry``.
 """
 

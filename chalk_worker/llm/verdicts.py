@@ -20,8 +20,8 @@ import openai
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings
-from chalk_worker.llm import LLMPool, LLMServer, describe_failure
-from chalk_worker.verdict_cache import CachedVerdict, verdict_cache, verdict_key
+from chalk_worker.llm.client import LLMPool, LLMServer, describe_failure
+from chalk_worker.llm.verdict_cache import CachedVerdict, verdict_cache, verdict_key
 
 PROMPT_VERSION = "1"
 """Changes whenever the prompt does, so remembered verdicts of an older prompt are not reused."""

@@ -36,13 +36,13 @@ from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
-from chalk_worker.deliveries import HeldMessages
-from chalk_worker.keeper import LeaseKeeper, Resender
-from chalk_worker.leases import LeaseStore, describe_trouble
-from chalk_worker.process_loop import process_loop
-from chalk_worker.reconciler import Reconciler
-from chalk_worker.runner import score_job_async
-from chalk_worker.workdirs import make_job_dir
+from chalk_worker.cluster.delivery import HeldMessages
+from chalk_worker.cluster.keeper import LeaseKeeper, Resender
+from chalk_worker.cluster.leases import LeaseStore, describe_trouble
+from chalk_worker.cluster.reconcile import Reconciler
+from chalk_worker.run.process_loop import process_loop
+from chalk_worker.run.runner import score_job_async
+from chalk_worker.sandbox.workdirs import make_job_dir
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

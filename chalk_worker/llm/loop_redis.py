@@ -3,7 +3,7 @@
 A ``redis.asyncio`` connection belongs to one event loop: a worker process has
 one loop (``process_loop``), ``score_job`` one per call. So each loop gets its
 own client, made on first use and closed with that loop's LLM clients
-(``chalk_worker.llm.close_llm_clients``).
+(``chalk_worker.llm.client.close_llm_clients``).
 
 What these clients serve is either an optimisation (a remembered verdict) or
 has a local stand-in (pacing in this process alone), so Redis trouble must cost

@@ -35,12 +35,12 @@ from chalk_client.judge_specs import (
 )
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
-from chalk_worker import cleanup
 from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
-from chalk_worker.process_loop import process_loop
+from chalk_worker.run.process_loop import process_loop
+from chalk_worker.run.tasks_loader import load_task_modules
+from chalk_worker.sandbox import cleanup
 from chalk_worker.sandbox.collect import unpack_submission
-from chalk_worker.tasks_loader import load_task_modules
-from chalk_worker.workdirs import (
+from chalk_worker.sandbox.workdirs import (
     job_dir_name,
     release_idle_areas,
     remove_job_folder,
@@ -292,7 +292,7 @@ def start_in_process(coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.F
         try:
             return await coroutine
         finally:
-            llm = sys.modules.get("chalk_worker.llm")  # imported once a rubric judge ran
+            llm = sys.modules.get("chalk_worker.llm.client")  # imported once a rubric judge ran
             if llm is not None:
                 await llm.close_llm_clients()
 
