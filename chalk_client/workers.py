@@ -12,14 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.presence import WorkerPresence
 from chalk_client.errors import ChalkError
-
-if TYPE_CHECKING:
-    from chalk_client.client import ChalkClient
 
 POLL_S = 0.5
 """How often ``wait_for_workers`` looks again."""
@@ -45,18 +41,27 @@ def no_worker_message(url: str, queue: str) -> str:
 
 
 class WorkerWatch:
-    """While it is entered, says (through ``say``) when no live worker takes the client's queue.
+    """While it is entered, says (through ``say``) when no live worker takes the queue.
 
-    It looks at once when entered, then every ``CHECK_S`` seconds in a thread;
-    it says so at once, again every ``REMIND_S`` seconds while none is live, and
-    once more when a worker shows up. ``waiting`` tells how many jobs still
-    wait. Errors reaching Redis are left to the waiting itself to report.
+    ``live`` asks the cluster at ``url`` for the live workers of ``queue`` (a
+    client's ``workers``). It looks at once when entered, then every
+    ``CHECK_S`` seconds in a thread; it says so at once, again every
+    ``REMIND_S`` seconds while none is live, and once more when a worker shows
+    up. ``waiting`` tells how many jobs still wait. Errors reaching Redis are
+    left to the waiting itself to report.
     """
 
     def __init__(
-        self, client: ChalkClient, say: Callable[[str], object], waiting: Callable[[], int]
+        self,
+        live: Callable[[], Sequence[WorkerPresence]],
+        url: str,
+        queue: str,
+        say: Callable[[str], object],
+        waiting: Callable[[], int],
     ):
-        self.client = client
+        self.live = live
+        self.url = url
+        self.queue = queue
         self.say = say
         self.waiting = waiting
         self._stopped = threading.Event()
@@ -67,7 +72,7 @@ class WorkerWatch:
     def check(self) -> None:
         """Look once, and say what changed."""
         try:
-            live = self.client.workers()
+            live = self.live()
         except ChalkError:
             return
         now = time.monotonic()
@@ -79,17 +84,13 @@ class WorkerWatch:
             return
         if self._missing_since is None:
             self._missing_since = self._said_at = now
-            self.say(f"chalk score: {no_worker_message(self.client.redis_url, self._queue)}")
+            self.say(f"chalk score: {no_worker_message(self.url, self.queue)}")
         elif now - self._said_at >= REMIND_S:
             self._said_at = now
             self.say(
                 f"chalk score: still no live worker after {now - self._missing_since:.0f} s; "
                 f"{self.waiting()} job(s) waiting. Start one with `chalk worker`"
             )
-
-    @property
-    def _queue(self) -> str:
-        return self.client.settings.queue
 
     def _run(self) -> None:
         while not self._stopped.wait(CHECK_S):

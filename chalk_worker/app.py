@@ -251,7 +251,10 @@ def _note_pool(instance: Any = None, **_: Any) -> None:
 
 
 def _probe_sandbox(**_: Any) -> None:
-    # Before any job: refuse to start if CHALK_SANDBOX_REQUIRE names a missing layer.
+    # Before any job: the judges' and the LLM client's hooks count into the metrics (a
+    # prefork child inherits them); refuse to start if CHALK_SANDBOX_REQUIRE names a
+    # missing layer.
+    metrics.install()
     try:
         detect_layers(settings.sandbox_tune_cgroups).require(settings.sandbox_require)
     except ConfigurationError as exc:

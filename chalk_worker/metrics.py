@@ -1,13 +1,14 @@
 """The worker's Prometheus metrics: every definition here, recorded by one-line hooks.
 
-The modules that know what happened call the functions below (``job_scored``
-from the consumer, ``judge_timer`` from the judge registry, ``sandbox_run`` from
-the executable judge, ``llm_request``/``llm_response`` from the LLM pool,
-``rubric_verdicts`` from the rubric judge). ``serve`` exposes them over HTTP
-when ``CHALK_METRICS_PORT`` is set; with no port nothing is served, and
-recording costs a few counter increments. The metrics are made on first use,
-and ``chalk score`` (which serves none) records nothing while it scores: it
-never imports ``prometheus_client``.
+The consumer calls ``job_scored``, ``message_handled`` and ``handling_message``
+itself; the judges and the LLM client know nothing of this module: they call
+the hooks of ``chalk_worker.judges.hooks`` and ``chalk_worker.llm.hooks``, which
+``install`` (done by the worker at start) points at ``judge_timer``,
+``sandbox_run``, ``rubric_verdicts``, ``llm_request`` and ``llm_response``
+below. ``serve`` exposes them over HTTP when ``CHALK_METRICS_PORT`` is set;
+with no port nothing is served, and recording costs a few counter increments.
+The metrics are made on first use; ``score_job`` and ``chalk score`` install
+nothing, record nothing and never import ``prometheus_client``.
 
 One process, one set of counters: with Celery's threads pool (the default) the
 worker is one process and its ``/metrics`` holds everything. With the prefork
@@ -24,11 +25,12 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from chalk_client.jobs import JobResult
 
 if TYPE_CHECKING:
+    from chalk_worker.judges.hooks import GradedVerdict
     from chalk_worker.sandbox.process import ProcessOutcome
 
 log = logging.getLogger(__name__)
@@ -121,50 +123,17 @@ class _Metrics:
 
 
 _metrics: _Metrics | None = None
-_recording = True
 _lock = threading.Lock()
 
 
 def _recorded() -> _Metrics | None:
-    """The metrics, defined on first use; ``None`` once recording is off in this process."""
+    """The metrics, defined on first use."""
     global _metrics
-    if not _recording:
-        return None
     if _metrics is None:
         with _lock:
             if _metrics is None:
                 _metrics = _Metrics()
     return _metrics
-
-
-@contextmanager
-def not_recording() -> Iterator[None]:
-    """Record nothing in this process while the block runs: ``chalk score`` serves no metrics.
-
-    Saves importing ``prometheus_client`` in a command that starts often.
-    """
-    global _recording
-    before, _recording = _recording, False
-    try:
-        yield
-    finally:
-        _recording = before
-
-
-class GradedVerdict(Protocol):
-    """What ``rubric_verdicts`` reads of a verdict (``chalk_worker.llm.verdicts.Verdict``)."""
-
-    @property
-    def cached(self) -> bool:
-        """Whether it was remembered rather than asked."""
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens it took."""
-
-    @property
-    def completion_tokens(self) -> int:
-        """Completion tokens it took."""
 
 
 def job_scored(result: JobResult) -> None:
@@ -277,6 +246,18 @@ def rubric_verdicts(model: str, verdicts: Iterable[GradedVerdict]) -> None:
         m.llm_tokens.labels(kind="prompt", model=model).inc(prompt)
     if completion:
         m.llm_tokens.labels(kind="completion", model=model).inc(completion)
+
+
+def install() -> None:
+    """Point the judges' and the LLM client's hooks at this module's metrics."""
+    from chalk_worker.judges.hooks import HOOKS as judges
+    from chalk_worker.llm.hooks import HOOKS as llm
+
+    judges.judge_timer = judge_timer
+    judges.sandbox_run = sandbox_run
+    judges.rubric_verdicts = rubric_verdicts
+    llm.llm_request = llm_request
+    llm.llm_response = llm_response
 
 
 def serve(port: int | None, address: str = "0.0.0.0") -> bool:

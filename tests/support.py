@@ -6,6 +6,7 @@ import redis
 from prometheus_client import REGISTRY
 
 from chalk_client import Message, Transcript
+from chalk_worker import metrics
 
 STARTED_MARKER = "chalk-test: started "
 """What a test script prints to stderr first, then ``warm`` or ``cold``."""
@@ -28,5 +29,11 @@ def held_count(store: redis.Redis) -> int:
 
 
 def starts(how: str) -> float:
-    """Scripts started so far in this process by ``how`` (``warm``, ``forked``, ``direct``)."""
+    """Scripts started so far in this process by ``how`` (``warm``, ``forked``, ``direct``).
+
+    Counted by the worker's metrics, which this installs in the test's process (a
+    worker installs them at start; ``score_job`` alone records nothing): call it
+    once before the runs to count.
+    """
+    metrics.install()
     return REGISTRY.get_sample_value("chalk_sandbox_starts_total", {"how": how}) or 0.0

@@ -214,6 +214,13 @@ def score_on_cluster(
             f"chalk score: {batch.total} jobs sent to {redacted(client.redis_url)} as batch "
             f"{batch.id} (see `chalk status {batch.id}`)"
         )
-        with WorkerWatch(client, sink.bar.say, lambda: batch.total - batch.done):
+        watch = WorkerWatch(
+            client.workers,
+            client.redis_url,
+            client.settings.queue,
+            sink.bar.say,
+            lambda: batch.total - batch.done,
+        )
+        with watch:
             for result in batch:
                 sink.write(result)

@@ -167,12 +167,11 @@ async def _score_embedded(
 ) -> None:
     # The embedded queue runs the worker's own runner in this process: the one place
     # the client reaches into chalk_worker, and only when no cluster is configured.
-    from chalk_worker import metrics
+    # (It installs no metrics: nothing serves them here.)
     from chalk_worker.run.embedded import score_stream
 
-    with metrics.not_recording():  # nothing serves them here
-        async for result in score_stream(jobs, settings=settings, concurrency=concurrency):
-            sink.write(result)
+    async for result in score_stream(jobs, settings=settings, concurrency=concurrency):
+        sink.write(result)
 
 
 def _trace_skipped(

@@ -15,18 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import redis
 
 from chalk_client.cluster.connection import redacted
+from chalk_client.settings import ChalkSettings
 from chalk_worker.cluster import delivery
-from chalk_worker.cluster.delivery import LostAttempt
-from chalk_worker.cluster.leases import describe_trouble
-from chalk_worker.cluster.reconcile import Publish
-
-if TYPE_CHECKING:
-    from chalk_worker.cluster.consume import WorkerRuntime
+from chalk_worker.cluster.delivery import HeldMessages, LostAttempt
+from chalk_worker.cluster.leases import LeaseStore, describe_trouble
+from chalk_worker.cluster.reconcile import Publish, Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +43,27 @@ class Resender:
     report_lost: Callable[[Sequence[LostAttempt]], None] = lambda lost: None
 
 
+class KeptRuntime(Protocol):
+    """What the keeper needs of a worker process's runtime (``consume.WorkerRuntime``)."""
+
+    settings: ChalkSettings
+    url: str
+    owner: str
+    """This process's name in leases and held lists."""
+    leases: LeaseStore
+    held_messages: HeldMessages
+    reconciler: Reconciler
+
+    def held(self) -> list[str]:
+        """The jobs this process is scoring now."""
+
+    def take_watermarks(self) -> dict[str, int]:
+        """The highest push number taken per queue since the last call."""
+
+    def note_taken(self, queue: str, seq: int) -> None:
+        """A message with push number ``seq`` was taken from ``queue``."""
+
+
 class LeaseKeeper(threading.Thread):
     """Keeps this process's claims alive and sends again the jobs of workers that died.
 
@@ -55,7 +74,7 @@ class LeaseKeeper(threading.Thread):
     time) run the reconciler.
     """
 
-    def __init__(self, runtime: WorkerRuntime, resender: Resender) -> None:
+    def __init__(self, runtime: KeptRuntime, resender: Resender) -> None:
         super().__init__(name="chalk-lease-keeper", daemon=True)
         self.runtime = runtime
         self.resender = resender

@@ -14,7 +14,7 @@ from chalk_client.registry import Registry
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_client.transcript import Transcript
-from chalk_worker import metrics
+from chalk_worker.judges.hooks import HOOKS
 
 
 @dataclass(frozen=True)
@@ -95,5 +95,5 @@ def evaluator_of(kind: str) -> Evaluator:
 
 async def evaluate(judge: JudgeSpec, context: JudgeContext) -> Scoring:
     """Judge one step with the evaluator registered for the judge's type."""
-    with metrics.judge_timer(judge.type):
+    with HOOKS.judge_timer(judge.type):
         return await evaluator_of(judge.type)(judge, context)

@@ -34,7 +34,7 @@ from chalk_client.transcript import (
     ToolUseBlock,
     Transcript,
 )
-from chalk_worker.run.tasks_loader import failures_note
+from chalk_worker.judges.tasks_loader import failures_note
 
 
 def render_contexts(

@@ -11,7 +11,7 @@ from chalk_client.errors import JudgeError, UnknownJudgeError
 from chalk_client.judge_specs import CustomJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_worker.judges.base import JudgeContext, evaluator
-from chalk_worker.run.tasks_loader import failures_note
+from chalk_worker.judges.tasks_loader import failures_note
 
 
 @evaluator("custom")

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring, ZeroCause
-from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, evaluator
+from chalk_worker.judges.hooks import HOOKS
 from chalk_worker.sandbox.bwrap import beside_packages
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.policy import check_command
@@ -355,7 +355,7 @@ def _judge(judge: ExecutableJudge, context: JudgeContext) -> Scoring:
             readonly=readonly,
             python=parse_python_command(argv) if warm else None,
         )
-        metrics.sandbox_run(outcome)
+        HOOKS.sandbox_run(outcome)
         return _verdict(outcome, output, judge, context.limits.memory_mb)
 
 

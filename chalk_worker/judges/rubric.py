@@ -35,9 +35,9 @@ from chalk_client.errors import LLMUnavailableError, NoVerdictError
 from chalk_client.judge_specs import RubricJudge
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.usage import COMPLETION_TOKENS, PROMPT_TOKENS
-from chalk_worker import metrics
 from chalk_worker.judges.base import JudgeContext, LLMBudget, evaluator
 from chalk_worker.judges.contexts import render_contexts
+from chalk_worker.judges.hooks import HOOKS
 
 if TYPE_CHECKING:
     from chalk_worker.llm.verdicts import Verdict
@@ -125,7 +125,7 @@ async def _grade_all(judge: RubricJudge, context: JudgeContext, *, deadline: flo
     except BaseExceptionGroup as failures:
         raise failures.exceptions[0] from None
 
-    metrics.rubric_verdicts(model, verdicts.values())
+    HOOKS.rubric_verdicts(model, verdicts.values())
     metadata: dict[str, str] = {}
     score = 0.0
     for number, item in enumerate(judge.rubric, start=1):

@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletion
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings, LLMSettings
-from chalk_worker import metrics
+from chalk_worker.llm.hooks import HOOKS
 from chalk_worker.llm.loop_redis import close_loop_redis, loop_redis
 from chalk_worker.llm.rate import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 
@@ -228,14 +228,14 @@ class LLMPool:
 
     def _pacer(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
         async def pace(request: Any) -> None:  # the SDK's httpx request
-            metrics.llm_request(request)
+            HOOKS.llm_request(request)
             await self.pace(base_url)
 
         return pace
 
     def _watch(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
         async def record(response: Any) -> None:  # the SDK's httpx response
-            metrics.llm_response(response.status_code)
+            HOOKS.llm_response(response.status_code)
             if response.status_code in (408, 409, 429) or response.status_code >= 500:
                 after = response.headers.get("retry-after")
                 note = f" (Retry-After: {after})" if after else ""

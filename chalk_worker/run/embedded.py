@@ -26,8 +26,8 @@ from chalk_client.judge_specs import (
     RubricJudge,
 )
 from chalk_client.settings import ChalkSettings
+from chalk_worker.judges.tasks_loader import failures_note, load_task_modules
 from chalk_worker.run.runner import default_settings, score_job_async, start_in_process, wait_for
-from chalk_worker.run.tasks_loader import failures_note, load_task_modules
 from chalk_worker.sandbox import cleanup
 from chalk_worker.sandbox.workdirs import release_idle_areas
 

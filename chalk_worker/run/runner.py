@@ -36,8 +36,8 @@ from chalk_client.judge_specs import (
 from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
+from chalk_worker.judges.tasks_loader import load_task_modules
 from chalk_worker.run.process_loop import process_loop
-from chalk_worker.run.tasks_loader import load_task_modules
 from chalk_worker.sandbox import cleanup
 from chalk_worker.sandbox.collect import unpack_submission
 from chalk_worker.sandbox.workdirs import (

@@ -25,7 +25,7 @@ def presence(node: str, queue: str = "chalk") -> WorkerPresence:
 
 
 class Cluster:
-    """What ``WorkerWatch`` asks of a ``ChalkClient``: the live workers, by turns."""
+    """A ``ChalkClient`` as ``WorkerWatch`` asks it: the live workers, by turns."""
 
     def __init__(self, answers: list[list[WorkerPresence]]) -> None:
         self.answers = answers
@@ -41,7 +41,9 @@ def test_no_worker_is_said_at_once_then_again_then_the_worker_is_greeted(monkeyp
     monkeypatch.setattr(workers, "CHECK_S", 3600.0)  # the thread never looks: we do
     said: list[str] = []
     cluster = Cluster([[], [], [presence("w1@h", "grading")]])
-    with WorkerWatch(cluster, said.append, lambda: 7) as watch:  # type: ignore[arg-type]
+    with WorkerWatch(
+        cluster.workers, cluster.redis_url, "grading", said.append, lambda: 7
+    ) as watch:
         assert len(said) == 1
         assert "no live worker takes jobs from queue 'grading'" in said[0]
         assert "redis://:***@10.0.0.5:6379/0" in said[0] and "secret" not in said[0]
@@ -56,7 +58,8 @@ def test_no_worker_is_said_at_once_then_again_then_the_worker_is_greeted(monkeyp
 
 def test_a_cluster_with_a_worker_is_not_warned_about():
     said: list[str] = []
-    with WorkerWatch(Cluster([[presence("w1@h")]]), said.append, lambda: 0):  # type: ignore[arg-type]
+    cluster = Cluster([[presence("w1@h")]])
+    with WorkerWatch(cluster.workers, cluster.redis_url, "chalk", said.append, lambda: 0):
         pass
     assert said == []
 

@@ -145,3 +145,24 @@ def test_with_prefork_the_parent_serves_every_child_s_counts(tmp_path):
     families = {f.name: f for f in text_string_to_metric_families(run.stdout)}
     jobs = {tuple(s.labels.items()): s.value for s in families["chalk_jobs"].samples}
     assert jobs[(("status", "succeeded"),)] == 3
+
+
+def test_score_job_alone_records_no_metrics_and_imports_no_prometheus():
+    # The judges count through hooks the worker installs at start; a trainer calling
+    # score_job (or chalk score) pays for none of it.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from chalk_client import ScoringJob\n"
+        "from chalk_client.judges import RegexJudge\n"
+        "from chalk_worker import score_job\n"
+        "from chalk_worker.judges.hooks import HOOKS\n"
+        "assert score_job(ScoringJob(judge=RegexJudge(['x']))).status == 'succeeded'\n"
+        "assert HOOKS.sandbox_run.__name__ == '_ignored'\n"
+        "print('prometheus_client' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chalk_worker.run.tasks_loader import task_modules
+from chalk_worker.judges.tasks_loader import task_modules
 
 
 def write(root: Path, relative: str, text: str = "") -> None:
