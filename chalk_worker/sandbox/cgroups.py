@@ -1,177 +1,28 @@
-"""Control groups for one sandbox slot: a memory cap, a process cap, and a kill switch.
+"""Control groups for one sandbox slot: a memory cap, a process cap, a kill switch,
+and the counts of what the slot's runs used (CPU time, CPU waits, peak memory).
 
-Machines differ: cgroup v1 controllers (``memory``, ``pids``) beside a cgroup2
-mount used only for ``cgroup.kill`` (hybrid), or one cgroup2 hierarchy with
-everything. ``CgroupSupport.detect`` finds what is writable; ``SlotCgroups``
-uses what was found. A slot's groups are shared by every Chalk process on the
-machine (each claims the slot in turn): a run makes them if they are missing,
-and only the holder of the slot's lock removes them.
+``SlotCgroups`` uses what ``cgroup_support.CgroupSupport.detect`` found on the
+machine. A slot's groups are shared by every Chalk process on the machine
+(each claims the slot in turn): a run makes them if they are missing, and only
+the holder of the slot's lock removes them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from chalk_worker.sandbox.cgroup_support import (
+    CgroupSupport,
+    read_counter,
+    read_file,
+    write_file,
+)
+
 log = logging.getLogger(__name__)
-
-V1_ROOT = Path("/sys/fs/cgroup")
-V2_CANDIDATES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
-GROUP_NAME = "chalk"
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_RELATIME = 2, 4, 8, 32, 1 << 21
-
-
-def _write(path: str | Path, value: str) -> None:
-    # One call each, not a Python file object: a run makes a dozen of these.
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: str | Path) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode()
-
-
-def _read_counter(path: str | Path, key: str) -> int:
-    try:
-        for line in _read(path).splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def own_cgroup(controller: str) -> str:
-    """This process's cgroup path for a v1 ``controller``, or for cgroup2 with ``""``."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return "/"
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if (controller and controller in controllers.split(",")) or (
-            not controller and not controllers
-        ):
-            return path
-    return "/"
-
-
-def _below(base: Path, path: str) -> Path:
-    return base / path.lstrip("/")
-
-
-def _usable_dir(base: Path, probe_file: str) -> Path | None:
-    """``base/chalk`` if we can make and remove child groups there that have ``probe_file``."""
-    group = base / GROUP_NAME
-    try:
-        group.mkdir(exist_ok=True)
-        probe = group / f"probe-{os.getpid()}"
-        probe.mkdir(exist_ok=True)
-        ok = (probe / probe_file).exists()
-        probe.rmdir()
-    except OSError:
-        return None
-    return group if ok else None
-
-
-def favor_dynmods(mount: Path) -> bool:
-    """Make moving processes between cgroups cheap (~0.3 ms, not ~10 ms): ``favordynmods``.
-
-    Each sandboxed run moves its first process into the slot's groups; without
-    this mount option every move may wait for an RCU grace period. Returns
-    whether the option is on afterwards.
-    """
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return False
-    for line in mounts:
-        fields = line.split()
-        if len(fields) > 3 and fields[1] == str(mount) and fields[2] == "cgroup2":
-            if "favordynmods" in fields[3].split(","):
-                return True
-            libc = ctypes.CDLL(None, use_errno=True)
-            flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RELATIME
-            done: int = libc.mount(
-                b"cgroup2", str(mount).encode(), b"cgroup2", flags, b"favordynmods"
-            )
-            return done == 0
-    return False
-
-
-@dataclass(frozen=True)
-class CgroupSupport:
-    """Where each cgroup feature lives on this machine (``None``: not available)."""
-
-    kill: Path | None
-    """cgroup2 folder whose children have ``cgroup.kill``."""
-    memory: Path | None
-    """Folder whose children cap memory (v1 ``memory`` or v2 with the controller)."""
-    pids: Path | None
-    """Folder whose children cap processes."""
-    memory_v2: bool = False
-    pids_v2: bool = False
-    fast_moves: bool = False
-    """Whether ``favordynmods`` is on, which makes each run's cgroup move cheap."""
-
-    @classmethod
-    def detect(cls, tune: bool = True) -> CgroupSupport:
-        """Probe the machine by making (and removing) a group in each place.
-
-        With ``tune``, turn on ``favordynmods`` on the cgroup2 mount (see ``favor_dynmods``).
-        """
-        kill = memory = pids = None
-        memory_v2 = pids_v2 = fast = False
-        for mount in V2_CANDIDATES:
-            if (mount / "cgroup.controllers").exists():
-                fast = tune and favor_dynmods(mount)
-                # Groups go below our own, so limits around the worker also hold for scripts.
-                base = _below(mount, own_cgroup(""))
-                kill = _usable_dir(base, "cgroup.kill")
-                if kill is not None:
-                    wanted = {"memory", "pids"} & set(
-                        (base / "cgroup.controllers").read_text().split()
-                    )
-                    for controller in sorted(wanted):
-                        with contextlib.suppress(OSError):
-                            _write(base / "cgroup.subtree_control", f"+{controller}")
-                            _write(kill / "cgroup.subtree_control", f"+{controller}")
-                    enabled = set((kill / "cgroup.subtree_control").read_text().split())
-                    if "memory" in enabled:
-                        memory, memory_v2 = kill, True
-                    if "pids" in enabled:
-                        pids, pids_v2 = kill, True
-                break
-        if memory is None and (V1_ROOT / "memory" / "memory.limit_in_bytes").exists():
-            memory = _usable_dir(
-                _below(V1_ROOT / "memory", own_cgroup("memory")), "memory.limit_in_bytes"
-            )
-        if pids is None and (V1_ROOT / "pids" / "cgroup.procs").exists():
-            pids = _usable_dir(_below(V1_ROOT / "pids", own_cgroup("pids")), "pids.max")
-        return cls(
-            kill=kill,
-            memory=memory,
-            pids=pids,
-            memory_v2=memory_v2,
-            pids_v2=pids_v2,
-            fast_moves=fast,
-        )
 
 
 class SlotCgroups:
@@ -243,22 +94,22 @@ class SlotCgroups:
         memory = self._memory
         if memory is not None:
             if self.support.memory_v2:
-                _write(f"{memory}/memory.max", str(memory_bytes))
+                write_file(f"{memory}/memory.max", str(memory_bytes))
                 with contextlib.suppress(OSError):
-                    _write(f"{memory}/memory.swap.max", "0")
+                    write_file(f"{memory}/memory.swap.max", "0")
             else:
                 self._write_memsw(memory, "-1")
-                _write(f"{memory}/memory.limit_in_bytes", str(memory_bytes))
+                write_file(f"{memory}/memory.limit_in_bytes", str(memory_bytes))
                 self._write_memsw(memory, str(memory_bytes))
         if self._pids is not None:
-            _write(f"{self._pids}/pids.max", str(processes))
+            write_file(f"{self._pids}/pids.max", str(processes))
 
     def _write_memsw(self, memory: str, value: str) -> None:
         """The memory-and-swap cap of cgroup v1, where the kernel accounts swap."""
         if self._no_memsw:
             return
         try:
-            _write(f"{memory}/memory.memsw.limit_in_bytes", value)
+            write_file(f"{memory}/memory.memsw.limit_in_bytes", value)
         except FileNotFoundError:  # no swap accounting (where the group is): not looked for again
             self._no_memsw = os.path.isdir(memory)
         except OSError:
@@ -283,8 +134,8 @@ class SlotCgroups:
         if memory is None:
             return 0
         if self.support.memory_v2:
-            return _read_counter(f"{memory}/memory.events", "oom_kill")
-        return _read_counter(f"{memory}/memory.oom_control", "oom_kill")
+            return read_counter(f"{memory}/memory.events", "oom_kill")
+        return read_counter(f"{memory}/memory.oom_control", "oom_kill")
 
     def cpu_usage_s(self) -> float | None:
         """CPU seconds every process of the slot has used so far (the cgroup2 group's
@@ -292,7 +143,7 @@ class SlotCgroups:
         if self._kill is None:
             return None
         try:
-            return _read_counter(f"{self._kill}/cpu.stat", "usage_usec") / 1e6
+            return read_counter(f"{self._kill}/cpu.stat", "usage_usec") / 1e6
         except OSError:
             return None
 
@@ -302,7 +153,7 @@ class SlotCgroups:
         if self._kill is None:
             return None
         try:
-            line = _read(f"{self._kill}/cpu.pressure").splitlines()[0]
+            line = read_file(f"{self._kill}/cpu.pressure").splitlines()[0]
         except (OSError, IndexError):
             return None
         total = line.rpartition("total=")[2]
@@ -319,7 +170,7 @@ class SlotCgroups:
         if path is None:
             return None
         try:
-            return int(_read(path).strip())
+            return int(read_file(path).strip())
         except (OSError, ValueError):
             return None
 
@@ -332,7 +183,7 @@ class SlotCgroups:
         if path is None:
             return False
         try:
-            _write(path, "0")
+            write_file(path, "0")
         except OSError:  # memory.peak is writable from Linux 6.12
             return False
         return True
@@ -346,7 +197,7 @@ class SlotCgroups:
             return
         amount = str(self.memory_bytes() or 0) if self.support.memory_v2 else "0"
         with contextlib.suppress(OSError):  # busy (a process left), or nothing to reclaim
-            _write(path, amount)
+            write_file(path, amount)
 
     def memory_bytes(self) -> int | None:
         """The memory charged to the slot now (files it cached included)."""
@@ -361,7 +212,7 @@ class SlotCgroups:
         if self._kill is None:
             return False
         try:
-            _write(f"{self._kill}/cgroup.kill", "1")
+            write_file(f"{self._kill}/cgroup.kill", "1")
         except OSError:
             return False
         return True
@@ -383,7 +234,7 @@ class SlotCgroups:
         found: set[int] = set()
         for folder in self._texts:
             with contextlib.suppress(OSError, ValueError):
-                found.update(int(pid) for pid in _read(f"{folder}/cgroup.procs").split())
+                found.update(int(pid) for pid in read_file(f"{folder}/cgroup.procs").split())
         return found
 
     def remove(self) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from chalk_client.errors import ConfigurationError
-from chalk_worker.sandbox.cgroups import CgroupSupport
+from chalk_worker.sandbox.cgroup_support import CgroupSupport
 
 log = logging.getLogger("chalk_worker.sandbox")
 

@@ -29,26 +29,22 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from chalk_client.settings import ChalkSettings
 from chalk_worker.sandbox import cleanup, syscalls
-from chalk_worker.sandbox.bwrap import beside_packages, python_paths
+from chalk_worker.sandbox.bwrap import python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.direct import kill_everything, run_direct
 from chalk_worker.sandbox.probe import SandboxLayers, announce, detect_layers
 from chalk_worker.sandbox.process import TOKEN_VARIABLE, ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.served import RunSpec, run_served
-from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool, server_config
+from chalk_worker.sandbox.server_pools import ServerPools
+from chalk_worker.sandbox.servers import ForkServerLost, ForkServerPool
 from chalk_worker.sandbox.slots import Slot, SlotPool
 from chalk_worker.sandbox.workdirs import PREFIX, in_memory_area
 
 log = logging.getLogger(__name__)
-
-ServerKind = Literal["cold", "warm", "warm-standard"]
-"""A pool of fork servers: cold runs, warm ones with the task packages imported, warm ones
-with the standard modules only."""
 
 
 @dataclass(frozen=True)
@@ -284,8 +280,9 @@ class Sandbox:
         self._lock = threading.Lock()
         self.can_mount = self.layers.root
         """Whether scratch spaces are mounted tmpfs (off after a mount fails)."""
-        self._servers: dict[ServerKind, ForkServerPool | None] = {}
-        self._servers_off: str | None = None
+        self.servers = ServerPools(
+            self.layers, self.readonly_roots, settings, slots=self.pool is not None
+        )
         atexit.register(self.close)
 
     def warm_servers(self, tasks: bool = True) -> ForkServerPool | None:
@@ -296,49 +293,11 @@ class Sandbox:
         """
         if not self.settings.warm_python:
             return None
-        return self._server_pool("warm" if tasks else "warm-standard")
+        return self.servers.pool("warm" if tasks else "warm-standard")
 
     def cold_servers(self) -> ForkServerPool | None:
         """This process's fork servers for cold runs, or ``None`` where the machine has none."""
-        return self._server_pool("cold")
-
-    def _server_pool(self, kind: ServerKind) -> ForkServerPool | None:
-        """They need what the fork server's runs use: root, bubblewrap, per-slot users and
-        the mount API of Linux 5.12 (detached mounts)."""
-        with self._lock:
-            if kind in self._servers:
-                return self._servers[kind]
-            if self._servers_off is None:
-                self._servers_off = self._why_no_servers()
-                if self._servers_off:
-                    log.info(
-                        "fork servers are off: %s; each script starts its own sandbox",
-                        self._servers_off,
-                    )
-            if self._servers_off:
-                self._servers[kind] = None
-                return None
-            assert self.layers.bwrap is not None
-            own_python = not beside_packages(self.settings.sandbox_paths)
-            config = server_config(
-                self.layers.bwrap,
-                self.readonly_roots,
-                warm=kind != "cold",
-                own_python=own_python,
-                tasks=kind == "warm",
-            )
-            pool = ForkServerPool(config, max_idle=os.cpu_count() or 1)
-            self._servers[kind] = pool
-            return pool
-
-    def _why_no_servers(self) -> str:
-        if not (self.layers.root and self.layers.bwrap and self.pool is not None):
-            return "they need root and bubblewrap"
-        try:
-            os.close(syscalls.open_tree_clone("/"))
-        except OSError as exc:
-            return f"this kernel cannot make detached mounts ({exc.strerror})"
-        return ""
+        return self.servers.pool("cold")
 
     def close(self) -> None:
         """Remove the slot cgroups this process used, where no process holds their slot now.
@@ -346,9 +305,7 @@ class Sandbox:
         Other Chalk processes on the machine share the slots: a slot another process
         holds is left alone (it makes its groups again when they are missing anyway).
         """
-        for pool in list(self._servers.values()):
-            if pool is not None:
-                pool.close()
+        self.servers.close()
         with self._lock:
             for number, cgroups in self._cgroups.items():
                 if self.pool is None:

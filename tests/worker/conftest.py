@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chalk_client import JobResult, ScoringJob
-from chalk_worker.sandbox.cgroups import own_cgroup
+from chalk_worker.sandbox.cgroup_support import own_cgroup
 
 
 @pytest.fixture(params=["warm", "cold"])

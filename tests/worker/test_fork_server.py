@@ -528,7 +528,7 @@ def test_signals_and_exit_statuses_are_reported_exactly(settings):
 
 
 def test_health_says_whether_python_starts_warm():
-    from chalk_worker.sandbox.cgroups import CgroupSupport
+    from chalk_worker.sandbox.cgroup_support import CgroupSupport
     from chalk_worker.sandbox.probe import SandboxLayers
     from chalk_worker.sandbox.warm import warm_python_report
 

@@ -26,7 +26,7 @@ from chalk_client import JobResult, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge
 from chalk_client.scoring import ZeroCause
 from chalk_worker.sandbox import SandboxLayers, detect_layers
-from chalk_worker.sandbox.cgroups import CgroupSupport
+from chalk_worker.sandbox.cgroup_support import CgroupSupport
 
 LAYERS = detect_layers()
 FULL = {"user", "namespaces", "network", "memory", "pids"} <= set(LAYERS.available)
