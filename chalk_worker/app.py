@@ -41,7 +41,7 @@ from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
-from chalk_worker.broker.transport import SHUTTING_DOWN
+from chalk_worker.broker.qos import SHUTTING_DOWN
 from chalk_worker.cluster import delivery, presence
 from chalk_worker.cluster.consume import Outcome, WorkerRuntime, worker_runtime
 from chalk_worker.cluster.delivery import LostAttempt

@@ -1,0 +1,170 @@
+"""kombu's acknowledgement emulation for Chalk's channel: held lists, and patience.
+
+A message taken from the Chalk queue with ``BLMOVE`` is in its consumer's held
+list from that moment: ``QoS.append`` notes on its job that it was taken,
+``ack`` removes it from the list, ``reject`` removes it or gives it back.
+Elsewhere (fanout, other queues) kombu's own records are used. A write Redis
+refuses (out of memory, a read-only replica) is retried, with the worker
+taking nothing else meanwhile, until the worker is told to stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.json import dumps
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
+
+from chalk_client.cluster.messages import HeldEntry
+from chalk_worker.cluster import delivery
+from chalk_worker.cluster.leases import describe_trouble
+
+log = logging.getLogger(__name__)
+
+RETRY_MAX_S = 10.0
+"""Longest wait between two attempts to record a taken message."""
+
+
+def broker_url_of(connection: Any) -> str:
+    """The Redis URL of a kombu connection, for the log (without the password)."""
+    scheme = "rediss" if connection.ssl else "redis"
+    return f"{scheme}://{connection.hostname}:{connection.port}/{connection.virtual_host or 0}"
+
+
+SHUTTING_DOWN = threading.Event()
+"""Set by ``chalk_worker.app`` when Celery tells the worker to stop (warm or cold)."""
+
+
+def shutdown_requested() -> bool:
+    """Whether the worker was told to stop."""
+    return SHUTTING_DOWN.is_set()
+
+
+def _wait_out(exc: Exception, url: str, doing: str, delay: float) -> float:
+    """Log Redis refusing a write (out of memory, read-only) and sleep; the next delay."""
+    log.warning(
+        "%s; this worker takes no other message until then, retrying in %.0f s",
+        describe_trouble(exc, url, doing),
+        delay,
+    )
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline and not shutdown_requested():
+        time.sleep(0.1)
+    return min(delay * 2, RETRY_MAX_S)
+
+
+class QoS(kombu_redis.QoS):  # type: ignore[misc]
+    """kombu's acknowledgement emulation: held lists on the Chalk queue, and patience.
+
+    On a channel that takes messages with ``BLMOVE`` (``Channel.consumer`` set), a
+    message is in the consumer's held list from the moment it left the queue:
+    ``append`` notes on its job that it was taken, ``ack`` removes it from the
+    list, ``reject`` removes it or gives it back. Elsewhere kombu's own records are
+    used, retried while Redis refuses writes.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held: dict[str, bytes] = {}
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """Record a taken message as unacknowledged (in the held list, or kombu's hash)."""
+        channel = self.channel
+        raw = getattr(channel, "taken_raw", None)
+        consumer = getattr(channel, "consumer", None)
+        if raw is None or consumer is None:
+            self._append_unacked(message, delivery_tag)
+            return
+        self._held[delivery_tag] = raw
+        virtual.QoS.append(self, message, delivery_tag)
+        job = getattr(message, "chalk_job", None)
+        if job is None or not delivery.NOTE_RECEIPTS:
+            return
+        delay = 1.0
+        while True:
+            try:
+                channel.held_messages().receive(job[0], job[1], consumer)
+                return
+            except (OutOfMemoryError, ReadOnlyError) as exc:
+                if shutdown_requested():
+                    return  # held in Redis: given back when this consumer closes or lapses
+                delay = _wait_out(exc, channel.broker_url, "noting a message taken", delay)
+
+    def _append_unacked(self, message: Any, delivery_tag: str) -> None:
+        """kombu's record of a taken message; until then it is only in this process."""
+        record = super().append
+        delay = 1.0
+        while True:
+            try:
+                record(message, delivery_tag)
+                return
+            except (OutOfMemoryError, ReadOnlyError) as exc:
+                url = broker_url_of(self.channel.connection.client)
+                if shutdown_requested():
+                    log.error(
+                        "shutting down while %s: a message taken from the queue could not be "
+                        "kept and is dropped; push it back with LPUSH %s once Redis takes "
+                        "writes: %s",
+                        describe_trouble(exc, url, "recording it"),
+                        message.delivery_info.get("routing_key"),
+                        dumps(message._raw),
+                    )
+                    raise
+                delay = _wait_out(exc, url, "recording a message taken from the queue", delay)
+
+    def ack(self, delivery_tag: str) -> None:
+        """Acknowledge: remove the message from the held list (or kombu's records)."""
+        consumer = getattr(self.channel, "consumer", None)
+        if consumer is None:
+            super().ack(delivery_tag)
+            return
+        raw = self._held.pop(delivery_tag, None)
+        if raw is not None:
+            try:
+                self.channel.held_messages().ack(consumer, raw)
+            except redis.RedisError as exc:
+                # Redis keeps the entry until this keeper sends the ack (or, should this
+                # worker die first, gives it back: its job has a result and it is dropped).
+                log.warning("acknowledging a message failed (%s); will retry", exc)
+                delivery.REGISTRY.ack_later(consumer, raw)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Reject: drop the message, or give it back to the queue (``requeue``)."""
+        consumer = getattr(self.channel, "consumer", None)
+        if consumer is None:
+            super().reject(delivery_tag, requeue=requeue)
+            return
+        raw = self._held.pop(delivery_tag, None)
+        if raw is not None:
+            held = self.channel.held_messages()
+            if requeue:
+                entry = HeldEntry.parse(raw)
+                held.give_back(consumer, [entry], fresh=False)
+            else:
+                held.ack(consumer, raw)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> Any:
+        """kombu's restore at close: on a held list, done by ``Channel.close`` (all of it)."""
+        if getattr(self.channel, "consumer", None) is not None:
+            self._delivered.clear()
+            return []
+        return super().restore_unacked(client)
+
+    @contextmanager
+    def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
+        """kombu's pipeline for acks and records, without ``MULTI`` (see the module's doc)."""
+        if pipe:
+            yield pipe
+            return
+        with self.channel.conn_or_acquire(client) as acquired:
+            yield acquired.pipeline(transaction=False)
