@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 
 def client(url: str, count: int) -> None:

@@ -22,8 +22,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 
 def trivial(count: int) -> list[Any]:

@@ -1,4 +1,7 @@
-"""Processes for a benchmark: a private redis-server and workers, always cleaned up."""
+"""Processes for a benchmark: a private redis-server and workers, always cleaned up.
+
+The redis-server is the one tests start too (``chalk_worker.testing.redis_server``).
+"""
 
 from __future__ import annotations
 
@@ -6,66 +9,15 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def redis_server(*args: str) -> Iterator[str]:
-    """A private redis-server on a free port, without persistence; yields its URL.
-
-    ``args`` are more of its flags (``--replicaof HOST PORT`` makes it a replica).
-    """
-    port = free_port()
-    workdir = tempfile.TemporaryDirectory(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",  # its own folder: a dump.rdb where it starts would be loaded
-            workdir.name,
-            *args,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        workdir.cleanup()
 
 
 @contextmanager

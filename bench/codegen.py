@@ -36,9 +36,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cluster import ROOT, chalk_workers, redis_server
+from bench.cluster import ROOT, chalk_workers
 from bench.codegen_corpus import Sample, samples
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 RUNNER = """\
 import json, sys

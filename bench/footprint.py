@@ -25,8 +25,9 @@ import threading
 import time
 from typing import Any
 
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 TRANSCRIPT_BYTES = 10 * 1024
 

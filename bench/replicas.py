@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.ceiling import trivial
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 
 def wait_for_replica(master: Any, timeout: float = 30.0) -> None:

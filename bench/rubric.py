@@ -28,11 +28,12 @@ from dataclasses import dataclass
 
 import openai
 
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.suite import Figure
 from chalk_client import ChalkClient, JobStatus, Message, ScoringJob, Transcript
 from chalk_client.judges import RubricJudge
 from chalk_worker.testing.fake_openai import FakeOpenAI
+from chalk_worker.testing.redis_server import redis_server
 
 GOAL = 30.0
 """The speedup over sequential calls the rubric judge must reach."""

@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.cluster import ROOT, redis_server, worker
+from bench.cluster import ROOT, worker
 from bench.suite import Figure
 from chalk_worker.sandbox.collect import unpack_submission
+from chalk_worker.testing.redis_server import redis_server
 
 
 def make_archive(megabytes: int) -> bytes:

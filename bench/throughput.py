@@ -30,9 +30,9 @@ from bench.cluster import (
     pool_flags,
     raw_noop,
     raw_workers,
-    redis_server,
 )
 from bench.suite import Figure
+from chalk_worker.testing.redis_server import redis_server
 
 
 def raw_round(jobs: int) -> float:

@@ -38,7 +38,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import chalk_workers, redis_server
+from bench.cluster import chalk_workers
 from bench.verl_loop import (
     compose,
     make_tokenizer,
@@ -49,6 +49,7 @@ from bench.verl_loop import (
 )
 from chalk_client.integrations import verl
 from chalk_worker.testing.fake_openai import FakeOpenAI
+from chalk_worker.testing.redis_server import redis_server
 
 CAP = 64
 """``CHALK_LLM_MAX_IN_FLIGHT``: LLM calls one process has in flight."""

@@ -1,17 +1,34 @@
-"""Processes the cluster tests start: redis-server on free ports, and how to stop them."""
+"""Processes the tests start, and what a test does without them.
+
+redis-server on free ports (the starter benchmarks use too,
+``chalk_worker.testing.redis_server``); ``chalk worker`` processes with the
+test judges of ``cluster_judges`` loaded; ``chalk score`` inside a test cgroup.
+The fixtures that hand them to tests are in ``conftest.py``.
+"""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
+import sys
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis
+
+from chalk_client import JobResult, ScoringJob
+from chalk_worker.testing.redis_server import free_port, start_redis, stop, wait_port
 
 IN_CI = os.environ.get("CI") == "true"
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The project's folder."""
+TESTS = Path(__file__).resolve().parent
+
+__all__ = ["IN_CI", "free_port", "need", "start_redis", "stop", "wait_port"]
 
 
 def need(what: str) -> None:
@@ -21,58 +38,153 @@ def need(what: str) -> None:
     pytest.skip(f"{what} is not available")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def clear(url: str, queue: str = "chalk") -> None:
+    """Delete every Chalk key and the queue's messages (kombu's bindings stay)."""
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter("chalk:*", count=1000))
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start : start + 1000])
+    client.delete(queue)
+    client.close()
 
 
-def wait_port(port: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
+@dataclass
+class Worker:
+    """A ``chalk worker`` process and its log."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    name: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, needle: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.name} exited:\n{self.text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not in worker log:\n{self.text()[-3000:]}")
             time.sleep(0.05)
-    return False
 
 
-def start_redis(
-    port: int, workdir: Path, *, aof: bool = False, fsync: str = "everysec"
-) -> subprocess.Popen[bytes]:
-    """A redis-server on ``port``: without persistence, or with AOF (fsync ``fsync``)."""
-    persistence = ["--appendonly", "yes", "--appendfsync", fsync] if aof else []
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--databases",
-            "64",
-            *persistence,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    if not wait_port(port):
-        proc.kill()
-        raise RuntimeError(f"redis-server did not start on port {port}")
-    return proc
+@dataclass
+class WorkerFactory:
+    """Starts workers; stops every one of them at the end of the test."""
+
+    logs: Path
+    started: list[Worker] = field(default_factory=list)
+
+    def __call__(
+        self,
+        redis_url: str,
+        *,
+        concurrency: int | None = 16,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        args: tuple[str, ...] = (),
+    ) -> Worker:
+        name = f"w{len(self.started) + 1}-{uuid.uuid4().hex[:6]}"
+        log = self.logs / f"{name}.log"
+        full_env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("CHALK_")},
+            "CHALK_REDIS_URL": redis_url,
+            "CHALK_LEASE_S": "2",
+            "CHALK_TASK_MODULES": "cluster_judges",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        }
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "chalk_client.cli",
+                    "worker",
+                    "-n",
+                    f"{name}@%h",
+                    *(["--concurrency", str(concurrency)] if concurrency else []),
+                    "-l",
+                    "info",
+                    *args,
+                ],
+                cwd=ROOT,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        worker = Worker(proc, log, name)
+        self.started.append(worker)
+        if wait:
+            worker.wait_for(" ready.")
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            stop(worker.proc)
 
 
-def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+@dataclass
+class RedisServer:
+    """A redis-server on a fixed port that a test can stop and start again."""
+
+    port: int
+    workdir: Path
+    aof: bool
+    fsync: str = "everysec"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = start_redis(self.port, self.workdir, aof=self.aof, fsync=self.fsync)
+
+    def stop(self, sig: int | None = None) -> None:
+        if self.proc is not None:
+            if sig is None:
+                stop(self.proc)
+            else:
+                stop(self.proc, sig)
+            self.proc = None
+
+
+def score_capped(
+    jobs: list[ScoringJob], cap: list[Path], tmp_path: Path, **env: str
+) -> dict[str, JobResult]:
+    """Score ``jobs`` with ``chalk score`` in a worker process inside the test cap."""
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text("".join(job.model_dump_json() + "\n" for job in jobs))
+    fds = [os.open(folder / "cgroup.procs", os.O_WRONLY) for folder in cap]
+
+    def join() -> None:
+        for fd in fds:
+            os.write(fd, str(os.getpid()).encode())
+
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CHALK_") or k == "CHALK_WARM_PYTHON"  # set by python_start
+    }
+    environment.update({"CHALK_SANDBOX_PATHS": str(tmp_path), **env})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "chalk_client.cli", "score", str(rollouts)],
+            capture_output=True,
+            text=True,
+            env=environment,
+            preexec_fn=join,
+            timeout=240,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    results = [JobResult.model_validate_json(line) for line in done.stdout.splitlines()]
+    assert len(results) == len(jobs), done.stderr
+    return {result.job_id: result for result in results}

@@ -26,7 +26,7 @@ from chalk_client.report import analyze, read_results_file
 from chalk_client.report.stats import histogram, mean_ci, percentile, t_975
 from chalk_client.scoring import ZeroCause
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "tasks" / "example_task"
 HOSTILE = '</script><script>document.title="pwned"</script><img src=x onerror="document.title=1">'
 

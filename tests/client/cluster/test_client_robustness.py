@@ -43,7 +43,7 @@ from chalk_client.judges import AlwaysPassJudge, CustomJudge
 from chalk_client.records import prepare_job
 from chalk_worker.cluster.leases import LeaseStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def logged(scorings, key: str, **params) -> CustomJudge:

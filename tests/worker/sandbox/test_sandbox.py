@@ -19,8 +19,8 @@ from pathlib import Path
 
 import archives
 import pytest
+from processes import score_capped
 from support import STARTED_MARKER, WARM_PROBE
-from worker.conftest import score_capped
 
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker.conftest import score_capped
+from processes import score_capped
 
 import tasks
 from chalk_client import JobResult, JobStatus, ScoringJob, Submission, Transcript

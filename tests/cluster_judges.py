@@ -1,4 +1,4 @@
-"""Custom judges the cluster tests' workers load (``CHALK_TASK_MODULES=cluster_judges``)."""
+"""Custom judges the tests' workers load (``CHALK_TASK_MODULES=cluster_judges``)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from chalk_worker import score_job
 from chalk_worker.llm import loop_redis
 from chalk_worker.testing.fake_openai import FakeOpenAI, Reply
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JUDGE = RubricJudge(
     rubric=[
         {"criterion": "names the cause (met)", "weight": 0.5},

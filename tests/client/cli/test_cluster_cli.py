@@ -12,7 +12,7 @@ from pathlib import Path
 
 from chalk_client import JobResult
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "tasks" / "example_task"
 
 

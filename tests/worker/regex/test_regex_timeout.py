@@ -24,7 +24,7 @@ from chalk_worker import score_job
 from chalk_worker.regex.pool import RegexPool, close_regex_pool, regex_pool
 from chalk_worker.run.runner import score_job_async
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REDOS = r"(a+)+$"
 HOSTILE = "a" * 40 + "b"  # (a+)+$ would take longer than the universe has left
 ONE_SECOND = ChalkSettings(regex_timeout_s=1)

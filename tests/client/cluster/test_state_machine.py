@@ -1,7 +1,7 @@
 """The job state machine, driven through ``chalk_client.cluster`` alone (no Celery, no worker).
 
 Each case runs twice: against a real ``redis-server`` and against ``fakeredis`` with
-Lua, the fast tier (``pytest tests/cluster/test_state_machine.py -k fakeredis`` needs
+Lua, the fast tier (``pytest tests/client/cluster/test_state_machine.py -k fakeredis`` needs
 no server). A full Redis (``maxmemory``) is a real server's behaviour: that case runs
 against a server of its own.
 """
