@@ -58,7 +58,7 @@ async def _measure(runs: int, marks_file: Path) -> None:
     marks_file.write_text(json.dumps(marks))
 
 
-def _events(trace: str) -> list[tuple[int, str, int]]:
+def trace_events(trace: str) -> list[tuple[int, str, int]]:
     """``(ns, exec|exit|zombie, pid)`` from ``perf script -F time,event,trace``."""
     found = []
     line_shape = re.compile(r"(\d+\.\d+):\s+sched:sched_(process_exec|process_exit|switch): (.*)")
@@ -148,7 +148,7 @@ def main() -> None:
             text=True,
             check=True,
         ).stdout
-        print(report(json.loads(marks.read_text()), _events(trace)))
+        print(report(json.loads(marks.read_text()), trace_events(trace)))
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def test_the_whole_suite_runs_in_smoke_mode():
 
 
 def test_sandbox_stages_split_each_run_at_its_command_s_events():
-    from bench.sandbox_stages import _events, report
+    from bench.sandbox_stages import report, trace_events
 
     # A cold job from t=0 to t=30 ms and a bare spawn from 30 to 52 ms (perf's
     # seconds, CLOCK_MONOTONIC), each with its command's exec, exit and zombie switch.
@@ -75,7 +75,7 @@ def test_sandbox_stages_split_each_run_at_its_command_s_events():
             "     0.040000: sched:sched_process_exec: filename=/usr/bin/true pid=13 old_pid=13",
         ]
     )
-    text = report([[0, 30_000_000, 52_000_000]], _events(trace))
+    text = report([[0, 30_000_000, 52_000_000]], trace_events(trace))
     assert "1 runs" in text
     rows = {line[:26].strip(): line.split()[-2:] for line in text.splitlines()[1:5]}
     assert rows["start -> exec"] == ["2.000", "0.500"]
