@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from redis.exceptions import ReadOnlyError
 
 from chalk_client.cluster.connection import connect
-from chalk_client.cluster.leases import Start
+from chalk_client.cluster.leases import BlobState, Start, StartOutcome
 from chalk_client.errors import JobFailedError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
@@ -177,13 +177,13 @@ class WorkerRuntime:
             f"starting job {job_id}",
             lambda: self.leases.start(job_id, self.owner, task_id, node),
         )
-        if start.outcome == "done":
+        if start.outcome is StartOutcome.DONE:
             log.info("job %s already has a result; dropping this message", job_id)
             return Handled(Outcome.DUPLICATE)
-        if start.outcome == "busy":
+        if start.outcome is StartOutcome.BUSY:
             log.info("job %s is being scored by %s; dropping this copy", job_id, start.holder)
             return Handled(Outcome.BUSY)
-        if start.outcome == "missing":
+        if start.outcome is StartOutcome.MISSING:
             log.warning("no record of job %s (never submitted, or expired); dropping it", job_id)
             return Handled(Outcome.MISSING)
         if start.taken is not None:
@@ -222,7 +222,7 @@ class WorkerRuntime:
                 worker=worker,
             )
 
-        if start.blob == "missing":
+        if start.blob is BlobState.MISSING:
             return failed(
                 "the job's submission archive is no longer in Redis (kept CHALK_BLOB_TTL_S "
                 "seconds); submit the job again with retry_failed=True"
@@ -235,7 +235,7 @@ class WorkerRuntime:
             return failed(f"the job's record in Redis cannot be read: {type(exc).__name__}: {exc}")
         if job.id != job_id:
             return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
-        if start.blob != "large":
+        if start.blob is not BlobState.LARGE:
             return await score_job_async(
                 job, settings=self.settings, attempts=start.attempts, worker=worker
             )
