@@ -43,9 +43,10 @@ from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
 from chalk_worker.broker.qos import SHUTTING_DOWN
 from chalk_worker.cluster import delivery, presence
-from chalk_worker.cluster.consume import Outcome, WorkerRuntime, worker_runtime
+from chalk_worker.cluster.consume import WorkerRuntime, worker_runtime
 from chalk_worker.cluster.delivery import LostAttempt
 from chalk_worker.cluster.keeper import Resender
+from chalk_worker.metrics import MessageOutcome
 from chalk_worker.sandbox import announce, detect_layers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -208,7 +209,7 @@ def _score(task: Any, *args: Any, **kwargs: Any) -> str:
     Returns what happened (Flower shows it as the task's result, e.g. ``succeeded,
     score 1.0``); raises ``JobFailedError`` for a job whose stored result is ``failed``.
     """
-    outcome = Outcome.ERROR
+    outcome = MessageOutcome.ERROR
     with metrics.handling_message():
         try:
             handled = runtime().handle(
@@ -220,7 +221,7 @@ def _score(task: Any, *args: Any, **kwargs: Any) -> str:
             outcome = handled.outcome
             return str(handled)
         except JobFailedError:
-            outcome = Outcome.FAILED
+            outcome = MessageOutcome.FAILED
             raise
         finally:
             metrics.message_handled(outcome)
