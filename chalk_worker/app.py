@@ -149,7 +149,7 @@ def make_flower_app(settings: ChalkSettings, redis_url: str) -> Celery:
 app = make_app(settings, redis_url)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Celery:
     """``flower_app``, made when ``chalk flower`` asks for it (not in every worker)."""
     if name == "flower_app":
         return make_flower_app(settings, redis_url)
