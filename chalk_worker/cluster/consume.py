@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 from pydantic import ValidationError
@@ -65,7 +65,7 @@ MAX_JOB_ID = 512
 RETRY_MAX_S = 30.0
 
 
-def message_job_id(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+def message_job_id(args: Sequence[object], kwargs: Mapping[str, object]) -> str | None:
     """The job id a message carries, or ``None`` if its arguments are not one job id."""
     if len(args) == 1 and not kwargs:
         value = args[0]
@@ -136,7 +136,7 @@ class WorkerRuntime:
                 delay = min(delay * 2, RETRY_MAX_S)
 
     def handle(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str, task_id: str = ""
+        self, args: Sequence[object], kwargs: Mapping[str, object], node: str, task_id: str = ""
     ) -> Handled:
         """Process one message (in a task thread); returns what happened.
 
