@@ -26,11 +26,13 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from chalk_client.jobs import JobResult
 
 if TYPE_CHECKING:
+    import httpx
+
     from chalk_worker.judges.hooks import GradedVerdict
     from chalk_worker.sandbox.process import ProcessOutcome
 
@@ -232,7 +234,7 @@ def sandbox_run(outcome: ProcessOutcome) -> None:
         m.sandbox_kills.labels(reason="leftover").inc(outcome.leftovers_killed)
 
 
-def llm_request(request: Any) -> None:
+def llm_request(request: httpx.Request) -> None:
     """Count one HTTP request to the LLM server (an ``httpx`` request), and whether it retries.
 
     The ``openai`` client numbers its attempts in the ``x-stainless-retry-count`` header.
