@@ -406,6 +406,8 @@ JudgeSpec = Annotated[
     Field(discriminator="type"),
 ]
 """Any judge spec, chosen by its ``type`` field."""
+JudgeType = Literal["executable", "rubric", "regex", "always_pass", "custom", "tests", "all", "any"]
+"""The ``type`` of a judge spec: one per member of ``JudgeSpec``."""
 
 AllJudge.model_rebuild()
 AnyJudge.model_rebuild()

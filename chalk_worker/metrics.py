@@ -33,6 +33,7 @@ from chalk_client.jobs import JobResult
 if TYPE_CHECKING:
     import httpx
 
+    from chalk_client.judge_specs import JudgeType
     from chalk_worker.judges.hooks import GradedVerdict
     from chalk_worker.sandbox.process import ProcessOutcome
 
@@ -198,7 +199,7 @@ def handling_message() -> Iterator[None]:
 
 
 @contextmanager
-def judge_timer(judge_type: str) -> Iterator[None]:
+def judge_timer(judge_type: JudgeType) -> Iterator[None]:
     """Time one judge of type ``judge_type`` (also when it raises)."""
     started = time.perf_counter()
     try:
