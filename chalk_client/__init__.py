@@ -6,7 +6,7 @@ kombu along, which ``chalk score`` without a cluster never needs.
 """
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chalk_client.errors import (
     ChalkError,
@@ -39,7 +39,7 @@ _ON_FIRST_USE = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """The client classes, imported when first asked for (see the module's docstring)."""
     module = _ON_FIRST_USE.get(name)
     if module is None:

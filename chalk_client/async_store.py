@@ -17,14 +17,19 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
-from typing import Any
 
 import redis
 import redis.asyncio
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.replicas import queue_wait, split_wait, with_wait
-from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline_async
+from chalk_client.cluster.script import (
+    Pipeline,
+    as_list,
+    as_text,
+    first_error,
+    run_pipeline_async,
+)
 from chalk_client.cluster.submit import (
     CHUNK,
     chunk_replies,
@@ -65,7 +70,7 @@ class AsyncJobStore:
 
     async def _pipeline(
         self, build: Callable[[Pipeline], object], *, each: bool = False
-    ) -> list[Any]:
+    ) -> list[object]:
         """Run the commands ``build`` queues in one round trip, loading scripts if needed.
 
         A command's error is raised (as a ``ChalkError``), or with ``each`` left in
@@ -167,23 +172,23 @@ class AsyncJobStore:
         key = keys.done(waiter)
         with reaching(self.url):
             if timeout <= 0:
-                now: Any = await self.redis.lpop(key, DRAIN)
-                return [as_text(item) for item in now or []]
+                now = await self.redis.lpop(key, DRAIN)
+                return [as_text(item) for item in as_list(now or [])]
             if self._blmpop:
                 try:  # one command for the first id and the rest (Redis 7)
-                    found: Any = await self._pop(key, timeout)
-                    return [as_text(item) for item in found[1]] if found else []
+                    found = await self._pop(key, timeout)
+                    return [as_text(item) for item in as_list(as_list(found)[1])] if found else []
                 except redis.exceptions.ResponseError as exc:
                     if "unknown command" not in str(exc).lower():
                         raise
                     self._blmpop = False  # Redis 6.2: BLPOP, then LPOP the rest
-            first: Any = await self.redis.blpop([key], timeout=timeout)
+            first = await self.redis.blpop([key], timeout=timeout)
             if first is None:
                 return []
-            rest: Any = await self.redis.lpop(key, DRAIN)
-        return [as_text(first[1]), *(as_text(item) for item in rest or [])]
+            rest = await self.redis.lpop(key, DRAIN)
+        return [as_text(first[1]), *(as_text(item) for item in as_list(rest or []))]
 
-    async def _pop(self, key: str, timeout: float) -> Any:
+    async def _pop(self, key: str, timeout: float) -> object:
         """``BLMPOP`` of finished ids; then, if asked, a wait for the replicas to have them.
 
         The pop is a write on this connection, made after the results it names:
@@ -191,7 +196,7 @@ class AsyncJobStore:
         """
         if not self.settings.redis_wait_replicas:
             return await self.redis.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
-        pipe: Any = self.redis.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=False)
         pipe.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
         queue_wait(pipe, self.settings)
         found, waited = await pipe.execute(raise_on_error=False)
@@ -214,20 +219,20 @@ class AsyncJobStore:
         with reaching(self.url):
             for start in range(0, len(job_ids), CHUNK * 4):
                 part = [keys.result(i) for i in job_ids[start : start + CHUNK * 4]]
-                raws: Any = await self.redis.mget(part)
+                raws = await self.redis.mget(part)
                 found.extend(load_result(raw) for raw in raws)
         return found
 
     async def batch_ids(self, batch_id: str) -> list[str]:
         """A batch's job ids in order (empty for an unknown batch)."""
         with reaching(self.url):
-            ids: Any = await self.redis.lrange(keys.batch(batch_id), 0, -1)
+            ids = await self.redis.lrange(keys.batch(batch_id), 0, -1)
         return [as_text(i) for i in ids]
 
     async def recent_batches(self, count: int) -> list[str]:
         """The ids of the most recent batches, newest first."""
         with reaching(self.url):
-            ids: Any = await self.redis.zrevrange(keys.BATCHES, 0, count - 1)
+            ids = await self.redis.zrevrange(keys.BATCHES, 0, count - 1)
         return [as_text(i) for i in ids]
 
     async def states(self, job_ids: Sequence[str]) -> list[JobState]:

@@ -18,6 +18,7 @@ The tree::
         ├── QueueUnavailableError  Redis or the broker cannot be reached
         ├── StoreRefusedError      Redis answered with an error (a read-only replica, ...)
         │   └── StoreFullError     Redis is out of memory (``maxmemory``) and refuses writes
+        ├── UnexpectedReplyError   Redis answered what no Chalk script or command answers
         ├── ResultTimeout          (also a TimeoutError)
         ├── NoLiveWorkerError      (also a TimeoutError) no worker took the queue in time
         └── JobFailedError         a worker stored a `failed` result (shown as such in Flower)
@@ -142,6 +143,12 @@ class StoreRefusedError(QueueError):
 
 class StoreFullError(StoreRefusedError):
     """Raised when Redis is out of memory (``maxmemory`` with ``noeviction``) and refuses writes."""
+
+
+class UnexpectedReplyError(QueueError):
+    """Raised when Redis answers what none of Chalk's scripts or commands answer: a reply of
+    another shape, or a kind no version of the protocol knows (a client or worker of
+    another version, or something else writing ``chalk:`` keys)."""
 
 
 class ResultTimeout(QueueError, TimeoutError):

@@ -43,9 +43,9 @@ class Step(BaseModel):
     def __init__(
         self,
         /,
-        judge: JudgeSpec | Mapping[str, Any] = UNSET,
+        judge: JudgeSpec | Mapping[str, object] = UNSET,
         submission_paths: Sequence[str] = UNSET,
-        **data: Any,
+        **data: object,
     ) -> None:
         super().__init__(**with_positional(data, judge=judge, submission_paths=submission_paths))
 
@@ -80,7 +80,7 @@ class ScoringJob(BaseModel):
 
     @field_validator("limits", mode="before")
     @classmethod
-    def _finite_limits(cls, limits: Any) -> Any:
+    def _finite_limits(cls, limits: object) -> object:
         # Limits travel to workers as JSON, which has no NaN or Infinity; checked first, so
         # that NaN is not reported as "not greater than 0".
         check_json_numbers(limits)

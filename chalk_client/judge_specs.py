@@ -57,7 +57,7 @@ class _JudgeBase(_Typed):
         return AnyJudge(judges=[*_parts(self, AnyJudge), *_parts(other, AnyJudge)])
 
 
-def _parts(judge: Any, kind: type[AllJudge] | type[AnyJudge]) -> list[Any]:
+def _parts(judge: object, kind: type[AllJudge] | type[AnyJudge]) -> list[_JudgeBase]:
     if not isinstance(judge, _JudgeBase):
         raise TypeError(f"can only combine judges, got {type(judge).__name__}")
     return list(judge.judges) if isinstance(judge, kind) else [judge]
@@ -91,7 +91,7 @@ class ExecutableJudge(_JudgeBase):
         continue_threshold: float = UNSET,
         cwd: str | None = UNSET,
         timeout_s: float | None = UNSET,
-        **data: Any,
+        **data: object,
     ) -> None:
         super().__init__(
             **with_positional(
@@ -105,7 +105,7 @@ class ExecutableJudge(_JudgeBase):
 
     @field_validator("command", mode="before")
     @classmethod
-    def _a_list(cls, command: Any) -> Any:
+    def _a_list(cls, command: object) -> object:
         if isinstance(command, str):
             # One string would be one program name (spaces and all), as in the reference:
             # refused here, with the list it most likely meant.
@@ -145,16 +145,16 @@ class RegexJudge(_JudgeBase):
     def __init__(
         self,
         /,
-        patterns: Sequence[str | re.Pattern[str] | Mapping[str, Any]]
+        patterns: Sequence[str | re.Pattern[str] | Mapping[str, object]]
         | str
         | re.Pattern[str] = UNSET,
-        **data: Any,
+        **data: object,
     ) -> None:
         super().__init__(**with_positional(data, patterns=patterns))
 
     @field_validator("patterns", mode="before")
     @classmethod
-    def _one_is_a_list(cls, patterns: Any) -> Any:
+    def _one_is_a_list(cls, patterns: object) -> object:
         if isinstance(patterns, (str, re.Pattern)):
             return [patterns]
         return patterns
@@ -175,7 +175,7 @@ class CustomJudge(_JudgeBase):
     """Keyword arguments for the registered judge's constructor (JSON values)."""
 
     def __init__(
-        self, /, name: str = UNSET, params: Mapping[str, Any] = UNSET, **data: Any
+        self, /, name: str = UNSET, params: Mapping[str, object] = UNSET, **data: object
     ) -> None:
         super().__init__(**with_positional(data, name=name, params=params))
 
@@ -208,7 +208,7 @@ class FileContext(_ContextBase):
     """Bytes shown per file; the rest is cut with a visible marker."""
 
     def __init__(
-        self, /, paths: Sequence[str | os.PathLike[str]] | str = UNSET, **data: Any
+        self, /, paths: Sequence[str | os.PathLike[str]] | str = UNSET, **data: object
     ) -> None:
         if isinstance(paths, str):
             paths = [paths]
@@ -239,7 +239,7 @@ class TextContext(_ContextBase):
     type: Literal["text"] = "text"
     text: str
 
-    def __init__(self, /, text: str = UNSET, **data: Any) -> None:
+    def __init__(self, /, text: str = UNSET, **data: object) -> None:
         super().__init__(**with_positional(data, text=text))
 
 
@@ -252,7 +252,7 @@ class CustomContext(_ContextBase):
     """Keyword arguments for the registered provider's constructor (JSON values)."""
 
     def __init__(
-        self, /, name: str = UNSET, params: Mapping[str, Any] = UNSET, **data: Any
+        self, /, name: str = UNSET, params: Mapping[str, object] = UNSET, **data: object
     ) -> None:
         super().__init__(**with_positional(data, name=name, params=params))
 
@@ -283,10 +283,10 @@ class RubricJudge(_JudgeBase):
     def __init__(
         self,
         /,
-        rubric: Sequence[Criterion | Mapping[str, Any]] = UNSET,
-        context: Sequence[ContextSpec | Mapping[str, Any]] = UNSET,
+        rubric: Sequence[Criterion | Mapping[str, object]] = UNSET,
+        context: Sequence[ContextSpec | Mapping[str, object]] = UNSET,
         model: str | None = UNSET,
-        **data: Any,
+        **data: object,
     ) -> None:
         super().__init__(**with_positional(data, rubric=rubric, context=context, model=model))
 
@@ -329,7 +329,7 @@ class TestsJudge(_JudgeBase):
 
     @field_validator("language", mode="before")
     @classmethod
-    def _canonical(cls, language: Any) -> Any:
+    def _canonical(cls, language: object) -> object:
         return language_named(language)
 
     @field_validator("source")
@@ -406,6 +406,8 @@ JudgeSpec = Annotated[
     Field(discriminator="type"),
 ]
 """Any judge spec, chosen by its ``type`` field."""
+JudgeType = Literal["executable", "rubric", "regex", "always_pass", "custom", "tests", "all", "any"]
+"""The ``type`` of a judge spec: one per member of ``JudgeSpec``."""
 
 AllJudge.model_rebuild()
 AnyJudge.model_rebuild()

@@ -22,7 +22,7 @@ UNSET: Any = _Unset()
 """The default of a constructor argument not given: the field keeps its own default."""
 
 
-def with_positional(data: dict[str, Any], **arguments: Any) -> dict[str, Any]:
+def with_positional(data: dict[str, object], **arguments: object) -> dict[str, object]:
     """``data`` (a constructor's keyword arguments) with the arguments given by position added.
 
     Arguments left ``UNSET`` are not added; pydantic validates the others like

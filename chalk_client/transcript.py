@@ -10,7 +10,7 @@ through JSON unchanged.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 
-def check_json_numbers(value: Any) -> None:
+def check_json_numbers(value: object) -> None:
     """Raise ``ValueError`` if ``value`` holds a number JSON cannot carry (NaN, Infinity).
 
     Python reads and writes such numbers, but JSON has none: written out they
@@ -34,7 +34,7 @@ def check_json_numbers(value: Any) -> None:
     lists, tuples and models (their fields and extra fields) are searched; the
     error names the place inside ``value``, e.g. ``runs[2].loss``.
     """
-    stack: list[tuple[Any, str]] = [(value, "")]
+    stack: list[tuple[object, str]] = [(value, "")]
     seen: set[int] = set()
     while stack:
         item, path = stack.pop()
@@ -60,7 +60,7 @@ def check_json_numbers(value: Any) -> None:
             stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
 
 
-def _all_finite(value: Any) -> bool:
+def _all_finite(value: object) -> bool:
     """``check_json_numbers``'s quick first look: ``False`` means "look closer"."""
     if isinstance(value, (str, int)) or value is None:
         return True
@@ -73,7 +73,7 @@ def _all_finite(value: Any) -> bool:
     return not isinstance(value, BaseModel)
 
 
-def _json_data(value: Any) -> Any:
+def _json_data(value: object) -> object:
     try:
         finite = _all_finite(value)
     except RecursionError:  # deep, or containing itself: the careful walk copes
@@ -93,7 +93,7 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     @model_validator(mode="after")
-    def _json_extra(self) -> Any:
+    def _json_extra(self) -> Self:
         if self.__pydantic_extra__:
             _json_data(self.__pydantic_extra__)
         return self
@@ -155,11 +155,11 @@ class OtherBlock(_Block):
 _KNOWN_BLOCKS = {"text", "reasoning", "thinking", "image", "tool_use", "tool_result"}
 
 
-def _block_tag(value: Any) -> str:
+def _block_tag(value: object) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     if kind in ("reasoning", "thinking"):
         return "reasoning"
-    return kind if kind in _KNOWN_BLOCKS else "other"
+    return kind if isinstance(kind, str) and kind in _KNOWN_BLOCKS else "other"
 
 
 ContentBlock = Annotated[
@@ -223,7 +223,7 @@ class Transcript(BaseModel):
 
     @field_validator("events")
     @classmethod
-    def _events_have_a_type(cls, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _events_have_a_type(cls, events: list[dict[str, object]]) -> list[dict[str, object]]:
         for index, event in enumerate(events):
             if not isinstance(event.get("type"), str):
                 raise ValueError(f'event {index} needs a string "type" field, got {event!r:.80}')

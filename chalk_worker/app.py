@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol, TypedDict
 
 from celery import Celery
 from celery.signals import (
@@ -38,14 +38,16 @@ from kombu.utils.url import parse_url
 
 from chalk_client.cluster.connection import sentinel_url
 from chalk_client.cluster.messages import TASK_NAME, task_queue
+from chalk_client.cluster.sentinel import KombuSentinelOptions, SentinelOptions
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
 from chalk_worker.broker.qos import SHUTTING_DOWN
 from chalk_worker.cluster import delivery, presence
-from chalk_worker.cluster.consume import Outcome, WorkerRuntime, worker_runtime
+from chalk_worker.cluster.consume import WorkerRuntime, worker_runtime
 from chalk_worker.cluster.delivery import LostAttempt
 from chalk_worker.cluster.keeper import Resender
+from chalk_worker.metrics import MessageOutcome
 from chalk_worker.sandbox import announce, detect_layers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -54,6 +56,38 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 log = logging.getLogger(__name__)
 settings = ChalkSettings()
 redis_url = settings.redis_url or DEFAULT_REDIS_URL
+
+
+class TransportOptions(TypedDict, total=False):
+    """The broker's transport options Chalk sets (kombu's, and those of Chalk's transports)."""
+
+    visibility_timeout: float
+    priority_steps: list[int]
+    master_name: str
+    sentinel_kwargs: SentinelOptions
+    chalk_sentinels: list[list[str | int]]
+    chalk_queue: str
+    chalk_lease_ms: int
+
+
+class _TaskRequest(Protocol):
+    """What the task reads of Celery's request (``task.request``)."""
+
+    hostname: str | None
+    id: str | None
+
+
+class _BoundTask(Protocol):
+    """A bound Celery task, as far as ``_score`` uses it."""
+
+    request: _TaskRequest
+
+
+class _WorkerNode(Protocol):
+    """The sender of ``worker_ready``: Celery's ``WorkController``, as far as used here."""
+
+    hostname: str
+    pool: object
 
 
 def broker_is_store(settings: ChalkSettings, redis_url: str) -> bool:
@@ -65,8 +99,9 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     """A Celery app configured for Chalk Queue."""
     broker_url = settings.broker_url or redis_url
     celery = Celery("chalk", set_as_current=False)
-    transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
-    backend_url, backend_options = redis_url, {}
+    transport_options: TransportOptions = {"visibility_timeout": settings.visibility_timeout_s}
+    backend_url = redis_url
+    backend_options: KombuSentinelOptions | dict[str, object] = {}
     through_sentinels = sentinel_url(redis_url)
     if through_sentinels is not None:  # kombu's form, and the master's name as an option
         backend_url = through_sentinels.backend_url()
@@ -77,14 +112,12 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     elif (broker_sentinels := sentinel_url(broker_url)) is not None:
         celery.conf.broker_transport = "chalk_worker.broker.sentinel:SentinelTransport"
         transport_options["priority_steps"] = [0]
-        transport_options.update(broker_sentinels.kombu_options())
+        transport_options = {**transport_options, **broker_sentinels.kombu_options()}
         broker_url = broker_sentinels.kombu_url()
     if broker_is_store(settings, redis_url):
         # Messages are taken into held lists beside the job records they belong to.
-        transport_options.update(
-            chalk_queue=settings.queue,
-            chalk_lease_ms=int(settings.lease_s * 1000),
-        )
+        transport_options["chalk_queue"] = settings.queue
+        transport_options["chalk_lease_ms"] = int(settings.lease_s * 1000)
     celery.conf.update(
         broker_url=broker_url,
         result_backend=backend_url,
@@ -148,7 +181,7 @@ def make_flower_app(settings: ChalkSettings, redis_url: str) -> Celery:
 app = make_app(settings, redis_url)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Celery:
     """``flower_app``, made when ``chalk flower`` asks for it (not in every worker)."""
     if name == "flower_app":
         return make_flower_app(settings, redis_url)
@@ -202,13 +235,13 @@ def runtime() -> WorkerRuntime:
     return worker_runtime(settings, redis_url, resender)
 
 
-def _score(task: Any, *args: Any, **kwargs: Any) -> str:
+def _score(task: _BoundTask, *args: object, **kwargs: object) -> str:
     """``chalk.score(job_id)``: score the job with that id (anything else is logged, dropped).
 
     Returns what happened (Flower shows it as the task's result, e.g. ``succeeded,
     score 1.0``); raises ``JobFailedError`` for a job whose stored result is ``failed``.
     """
-    outcome = Outcome.ERROR
+    outcome = MessageOutcome.ERROR
     with metrics.handling_message():
         try:
             handled = runtime().handle(
@@ -220,7 +253,7 @@ def _score(task: Any, *args: Any, **kwargs: Any) -> str:
             outcome = handled.outcome
             return str(handled)
         except JobFailedError:
-            outcome = Outcome.FAILED
+            outcome = MessageOutcome.FAILED
             raise
         finally:
             metrics.message_handled(outcome)
@@ -236,13 +269,13 @@ score = app.task(
 )(_score)
 
 
-def _start_runtime(**_: Any) -> None:
+def _start_runtime(**_: object) -> None:
     # Start the lease keeper as soon as the process can take jobs, not at its first job:
     # an idle worker must also re-enqueue the jobs of a dead one.
     runtime()
 
 
-def _note_pool(instance: Any = None, **_: Any) -> None:
+def _note_pool(instance: object = None, **_: object) -> None:
     # A pool that starts each job as soon as it takes its message lets the start note
     # the message's receipt (delivery.NOTE_RECEIPTS); prefork holds messages first.
     pool = getattr(instance, "pool_cls", None)
@@ -250,7 +283,7 @@ def _note_pool(instance: Any = None, **_: Any) -> None:
     delivery.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
 
 
-def _probe_sandbox(**_: Any) -> None:
+def _probe_sandbox(**_: object) -> None:
     # Before any job: the judges' and the LLM client's hooks count into the metrics (a
     # prefork child inherits them); refuse to start if CHALK_SANDBOX_REQUIRE names a
     # missing layer.
@@ -262,19 +295,19 @@ def _probe_sandbox(**_: Any) -> None:
         raise SystemExit(2) from exc
 
 
-def _announce_sandbox(**_: Any) -> None:
+def _announce_sandbox(**_: object) -> None:
     # Once logging is set up: one line per sandbox layer, on or off, in the worker's log.
     announce(detect_layers(settings.sandbox_tune_cgroups))
 
 
-def _wait_for_store(sender: Any = None, **_: Any) -> None:
+def _wait_for_store(sender: object = None, **_: object) -> None:
     # Once logging is set up, before consuming: a worker started before Redis waits for it.
     if sender:
         delivery.REGISTRY.node = str(sender)  # named in its consumers' ids
     presence.wait_for_redis(redis_url)
 
 
-def _publish_presence(sender: Any = None, **_: Any) -> None:
+def _publish_presence(sender: _WorkerNode | None = None, **_: object) -> None:
     # For `chalk health`: this worker, its pool and its sandbox layers; and its metrics.
     pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender is not None else "?"
     served = metrics.serve(settings.metrics_port)
@@ -289,7 +322,7 @@ def _publish_presence(sender: Any = None, **_: Any) -> None:
     )
 
 
-def _forget_child(pid: int | None = None, **_: Any) -> None:
+def _forget_child(pid: int | None = None, **_: object) -> None:
     metrics.process_exited(pid or 0)
 
 

@@ -25,11 +25,15 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
 
 from chalk_client.jobs import JobResult
 
 if TYPE_CHECKING:
+    import httpx
+
+    from chalk_client.judge_specs import JudgeType
     from chalk_worker.judges.hooks import GradedVerdict
     from chalk_worker.sandbox.process import ProcessOutcome
 
@@ -40,6 +44,29 @@ MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 JOB_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 """Seconds: a regex judge takes milliseconds, a scoring script up to its wall-clock limit."""
+
+
+class MessageOutcome(StrEnum):
+    """What became of one ``chalk.score`` message (a metrics label, and Flower's result)."""
+
+    SUCCEEDED = "succeeded"
+    """Scored here; the result is stored."""
+    FAILED = "failed"
+    """Scored here and stored ``failed`` (raised as ``JobFailedError`` for Flower)."""
+    DUPLICATE = "duplicate"
+    """The job already had a result: the message was dropped."""
+    BUSY = "busy"
+    """Another worker holds the job's lease: the message was dropped."""
+    MISSING = "missing"
+    """No record of the job (never submitted, or expired): the message was dropped."""
+    MALFORMED = "malformed"
+    """The message's arguments are not one job id: it was dropped."""
+    ERROR = "error"
+    """Handling it raised (a bug, or Redis gone for good): Celery logs it."""
+
+
+SandboxEnding = Literal["exited", "timeout", "out_of_memory", "signal", "not_started"]
+"""How a sandboxed run ended (the ``outcome`` label of ``chalk_sandbox_runs``)."""
 
 
 class _Metrics:
@@ -149,12 +176,12 @@ def job_scored(result: JobResult) -> None:
         m.job_seconds.observe(total)
 
 
-def message_handled(outcome: str) -> None:
+def message_handled(outcome: MessageOutcome) -> None:
     """Count a ``chalk.score`` message by what became of it."""
     m = _recorded()
     if m is None:
         return
-    m.messages.labels(outcome=outcome).inc()
+    m.messages.labels(outcome=outcome.value).inc()
 
 
 @contextmanager
@@ -172,7 +199,7 @@ def handling_message() -> Iterator[None]:
 
 
 @contextmanager
-def judge_timer(judge_type: str) -> Iterator[None]:
+def judge_timer(judge_type: JudgeType) -> Iterator[None]:
     """Time one judge of type ``judge_type`` (also when it raises)."""
     started = time.perf_counter()
     try:
@@ -188,6 +215,7 @@ def sandbox_run(outcome: ProcessOutcome) -> None:
     m = _recorded()
     if m is None:
         return
+    kind: SandboxEnding
     if outcome.start_error is not None:
         kind = "not_started"
     elif outcome.timed_out:
@@ -207,7 +235,7 @@ def sandbox_run(outcome: ProcessOutcome) -> None:
         m.sandbox_kills.labels(reason="leftover").inc(outcome.leftovers_killed)
 
 
-def llm_request(request: Any) -> None:
+def llm_request(request: httpx.Request) -> None:
     """Count one HTTP request to the LLM server (an ``httpx`` request), and whether it retries.
 
     The ``openai`` client numbers its attempts in the ``x-stainless-retry-count`` header.

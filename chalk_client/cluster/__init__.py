@@ -1,8 +1,8 @@
 """The Redis protocol that clients and workers share: keys, Lua scripts, builders, parsers.
 
 Every key (``keys``), every script with the builders that queue it and the
-parsers that read its reply (``submit``, ``watch``, ``leases``, ``delivery``,
-``reconcile``, ``purge``, ``rate``), the queue's message format (``messages``),
+parsers that read its reply (``submit``, ``watch``, ``leases``, ``finish``,
+``delivery``, ``reconcile``, ``purge``, ``rate``), the queue's message format (``messages``),
 the worker-presence record (``presence``), and the one way to run them
 (``script``: pipelines that reload forgotten scripts). The client's store and
 the worker's leases, deliveries, reconciler, presence and rate limiter are thin
@@ -12,7 +12,7 @@ I/O shells over it.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from chalk_client.cluster import keys
@@ -48,7 +48,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

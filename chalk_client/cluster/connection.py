@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TypeVar, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
 
 from chalk_client.cluster.sentinel import (
+    ConnectionOptions,
     SentinelURL,
     blocking_pool_async,
     connect_sentinel,
@@ -20,7 +21,9 @@ from chalk_client.cluster.sentinel import (
 )
 from chalk_client.errors import ConfigurationError
 
-TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5, "socket_keepalive": True}
+_T = TypeVar("_T")
+
+TIMEOUTS: ConnectionOptions = {"socket_connect_timeout": 5, "socket_keepalive": True}
 """How every client of the cluster connects (no read timeout: blocking pops wait)."""
 
 URL_FORMS = (
@@ -58,7 +61,7 @@ def shown_url(url: str) -> str:
         return "(a malformed URL)" if "@" in url else url
 
 
-def checked_url(url: str, connect: Callable[[str], Any]) -> Any:
+def checked_url(url: str, connect: Callable[[str], _T]) -> _T:
     """``connect(url)``; a URL it cannot parse raises ``ConfigurationError`` saying why."""
     try:
         return connect(url)
@@ -90,7 +93,7 @@ def connect_async(url: str) -> redis.asyncio.Redis:
 
 
 def blocking_pool(
-    url: str, *, max_connections: int, timeout: float, **kwargs: Any
+    url: str, *, max_connections: int, timeout: float, **kwargs: Unpack[ConnectionOptions]
 ) -> redis.asyncio.ConnectionPool:
     """An asyncio pool of at most ``max_connections`` that waits ``timeout`` for a free one."""
     if is_sentinel(url):

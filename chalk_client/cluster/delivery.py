@@ -9,6 +9,8 @@ back one by one (``RESTORE``) and the consumer forgotten (``FORGET_CONSUMER``).
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from chalk_client.cluster import keys
 from chalk_client.cluster.messages import PUSH_HEAD, HeldEntry
 from chalk_client.cluster.script import NOW_MS, Pipeline, Script, queue_script
@@ -28,6 +30,25 @@ if rec[3] ~= '1' and rec[2] then redis.call('ZADD', KEYS[2], 'GT', rec[2], ARGV[
 return 1
 """,
 )
+
+
+class RestoreAnswer(StrEnum):
+    """What the restore script did with one held message."""
+
+    REQUEUED = "requeued"
+    """It is at the head of its queue again."""
+    GONE = "gone"
+    """It was not held any more."""
+    DROPPED = "dropped"
+    """Not a job's message: dropped."""
+    DONE = "done"
+    """Its job has a result: dropped."""
+    MISSING = "missing"
+    """No record of its job: dropped."""
+    STALE = "stale"
+    """A newer message of its job was sent: dropped."""
+    RUNNING = "running"
+    """A worker holds its job's lease: dropped."""
 
 
 RESTORE = Script(

@@ -1,23 +1,33 @@
-"""Running jobs: the workers' scripts that start, renew, reap, send again and finish them.
+"""Running jobs: the workers' scripts that start, renew, reap and send them again.
 
 A job a worker starts gets a lease: its owner token in its record (``owner``) and a
 deadline in ``chalk:running``, renewed while the job runs. A job whose lease
 ran out (its worker died) is sent again by any live worker, in the script that
 frees the lease if it is still expired: a worker dying halfway leaves the lease
-to the next one, never a job without a message. The result is written once
-(``SET NX``), so a job run twice still has one result.
+to the next one, never a job without a message. The script that writes the
+result and frees the lease is ``chalk_client.cluster.finish``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.keys import DONE_TTL_S
 from chalk_client.cluster.messages import PUSH_HEAD
-from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue_script
+from chalk_client.cluster.script import (
+    NOW_MS,
+    Pipeline,
+    Script,
+    as_bytes,
+    as_int,
+    as_list,
+    as_text,
+    parse_kind,
+    queue_script,
+)
+from chalk_client.errors import UnexpectedReplyError
 
 START = Script(
     "start",
@@ -173,73 +183,65 @@ return 0
 )
 
 
-FINISH = Script(
-    "finish",
-    """
--- KEYS: result, running, job, pending, watchers
--- ARGV: id, result json, result ttl, owner token, done-list key prefix, status,
---       '1' to keep the record of a job that succeeded, blob key prefix, blob-ref prefix
--- Writes the one result, frees the lease, tells the waiters; a job that succeeded
--- leaves nothing else (its record goes, and its archive with the last job using it).
--- The first write (ZREM) needs no memory, so a finish runs whole on a full Redis.
--- A done list lives DONE_TTL_S after the first id pushed into it: its waiter pops it
--- within seconds, and one that stopped waiting leaves nothing for long.
-redis.call('ZREM', KEYS[4], ARGV[1])
-local rec = redis.call('HMGET', KEYS[3], 'owner', 'submitter', 'watched', 'blob')
-if (not rec[1]) or rec[1] == '' or rec[1] == ARGV[4] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', tonumber(ARGV[3])) then return 0 end
-local function tell(waiter)
-  if redis.call('RPUSH', ARGV[5] .. waiter, ARGV[1]) == 1 then
-    redis.call('EXPIRE', ARGV[5] .. waiter, DONE_TTL_S)
-  end
-end
-if rec[2] then tell(rec[2]) end
-if rec[3] or not rec[2] then
-  for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-    if waiter ~= rec[2] then tell(waiter) end
-  end
-  redis.call('DEL', KEYS[5])
-end
-if not rec[2] then return 1 end
-if ARGV[6] == 'succeeded' and ARGV[7] ~= '1' then
-  redis.call('DEL', KEYS[3])
-  if rec[4] and rec[4] ~= '' then
-    if redis.call('DECR', ARGV[9] .. rec[4]) <= 0 then
-      redis.call('DEL', ARGV[8] .. rec[4], ARGV[9] .. rec[4])
-    end
-  end
-else
-  redis.call('HSET', KEYS[3], 'status', ARGV[6], 'owner', '')
-end
-return 1
-""".replace("DONE_TTL_S", str(DONE_TTL_S)),
-)
-
-
 INLINE_ARCHIVE_BYTES = 1 << 20
 """Archives up to this size come back with the lease; larger ones are read in pieces."""
 REAP_BATCH = 100
 """Most expired leases one reap lists."""
 
 
+class StartOutcome(StrEnum):
+    """What the start script found (its reply's first word)."""
+
+    START = "start"
+    """The lease is ours: score the job."""
+    DONE = "done"
+    """The job has a result."""
+    BUSY = "busy"
+    """Another worker holds a live lease."""
+    MISSING = "missing"
+    """No record: never submitted, or expired."""
+
+
+class BlobState(StrEnum):
+    """Where a started job's submission archive is."""
+
+    NONE = "none"
+    """The job has no submission."""
+    OK = "ok"
+    """It came back with the lease."""
+    LARGE = "large"
+    """It is too large to come back whole: read it in pieces."""
+    MISSING = "missing"
+    """It expired."""
+
+
+class RequeueAnswer(StrEnum):
+    """What the requeue script did with an expired lease."""
+
+    REQUEUED = "requeued"
+    """The job's new message is at the head of its queue."""
+    CLAIMED = "claimed"
+    """The lease is the caller's while it publishes the job elsewhere."""
+    DONE = "done"
+    """The job has a result: left alone."""
+    GONE = "gone"
+    """No lease any more (another worker sent it): left alone."""
+    ALIVE = "alive"
+    """The lease was renewed meanwhile: left alone."""
+    MISSING = "missing"
+    """No record: the lease was dropped."""
+
+
 @dataclass(frozen=True)
 class Start:
-    """What the start script found.
+    """What the start script found: ``outcome``, and for ``start`` the job's record and archive."""
 
-    ``outcome`` is ``start`` (the lease is ours: score the job), ``done`` (it has
-    a result), ``busy`` (another worker holds a live lease) or ``missing`` (no
-    record: never submitted, or expired).
-    """
-
-    outcome: str
+    outcome: StartOutcome
     attempts: int = 0
     record: bytes = b""
-    blob: str = "none"
-    """``none`` (no submission), ``ok``, ``large`` (to read in pieces) or ``missing``
-    (the archive expired)."""
+    blob: BlobState = BlobState.NONE
     archive: bytes | None = None
+    """The archive, when ``blob`` is ``ok``."""
     digest: str = ""
     """The archive's content hash, for ``large`` and ``missing``."""
     holder: str = ""
@@ -294,51 +296,26 @@ def queue_start(
     )
 
 
-def parse_start(reply: Any) -> Start:
-    """The ``Start`` a start script's reply describes."""
-    outcome = as_text(reply[0])
-    if outcome == "busy":
-        return Start(outcome, holder=as_text(reply[1]))
-    if outcome != "start":
-        return Start(outcome)
-    blob = as_text(reply[3])
-    seq, queue = as_text(reply[5]), as_text(reply[6])
-    taken = (queue, int(seq)) if seq and queue else None
-    if blob == "ok":
-        return Start(outcome, int(reply[1]), reply[2], blob, reply[4], taken=taken)
-    return Start(outcome, int(reply[1]), reply[2], blob, None, as_text(reply[4]), taken=taken)
+def parse_start(reply: object) -> Start:
+    """The ``Start`` a start script's reply describes.
 
-
-def queue_finish(
-    pipe: Pipeline,
-    job_id: str,
-    result_json: str,
-    owner: str,
-    *,
-    status: str,
-    ttl_s: int,
-    keep: bool = False,
-) -> None:
-    """Queue the finish script: write the one result, free the lease, tell the waiters.
-
-    A job that ``succeeded`` leaves nothing but its result (``keep`` keeps its record).
+    Raises ``UnexpectedReplyError`` for a reply no start script gives.
     """
-    queue_script(
-        pipe,
-        FINISH,
-        [keys.result(job_id), keys.RUNNING, keys.job(job_id), keys.PENDING, keys.watchers(job_id)],
-        [
-            job_id,
-            result_json,
-            ttl_s,
-            owner,
-            keys.DONE_PREFIX,
-            status,
-            "1" if keep else "0",
-            keys.BLOB_PREFIX,
-            keys.BLOBREF_PREFIX,
-        ],
-    )
+    values = as_list(reply)
+    outcome = parse_kind(StartOutcome, values[0] if values else None)
+    if outcome is StartOutcome.BUSY:
+        return Start(outcome, holder=as_text(values[1]))
+    if outcome is not StartOutcome.START:
+        return Start(outcome)
+    if len(values) != 7:
+        raise UnexpectedReplyError(f"a start script replied {len(values)} values, not 7")
+    attempts, record = as_int(values[1]), as_bytes(values[2])
+    blob = parse_kind(BlobState, values[3])
+    seq, queue = as_text(values[5]), as_text(values[6])
+    taken = (queue, int(seq)) if seq and queue else None
+    if blob is BlobState.OK:
+        return Start(outcome, attempts, record, blob, as_bytes(values[4]), taken=taken)
+    return Start(outcome, attempts, record, blob, None, as_text(values[4]), taken=taken)
 
 
 def queue_heartbeat(pipe: Pipeline, job_ids: Sequence[str], owner: str, lease_ms: int) -> None:
@@ -356,9 +333,11 @@ def queue_reap(pipe: Pipeline) -> None:
     queue_script(pipe, REAP, [keys.RUNNING], [keys.JOB_PREFIX, REAP_BATCH])
 
 
-def parse_expired(reply: Any) -> list[Expired]:
+def parse_expired(reply: object) -> list[Expired]:
     """The expired leases a reap script listed."""
-    values = [as_text(value) for value in reply]
+    values = [as_text(value) for value in as_list(reply)]
+    if len(values) % 5:
+        raise UnexpectedReplyError(f"a reap script replied {len(values)} values, not 5 per lease")
     return [Expired(*values[i : i + 5]) for i in range(0, len(values), 5)]
 
 

@@ -8,7 +8,6 @@ half lease, with a TTL of two leases, so a dead worker drops out by itself;
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 import redis.asyncio
@@ -53,7 +52,7 @@ class WorkerPresence(BaseModel):
     ``missing: ...`` saying what is not installed (workers before 0.2 say nothing)."""
 
 
-def parse_presences(raws: Sequence[Any]) -> list[WorkerPresence]:
+def parse_presences(raws: Sequence[bytes | str | None]) -> list[WorkerPresence]:
     """The presences among raw records (expired or unreadable records are left out)."""
     found = []
     for raw in raws:
@@ -71,8 +70,7 @@ def read_workers(client: redis.Redis) -> list[WorkerPresence]:
     names = sorted(as_text(name) for name in client.scan_iter(keys.WORKER_PREFIX + "*", 500))
     if not names:
         return []
-    raws: Any = client.mget(names)
-    return parse_presences(raws)
+    return parse_presences(client.mget(names))
 
 
 async def read_workers_async(client: redis.asyncio.Redis) -> list[WorkerPresence]:
@@ -80,5 +78,4 @@ async def read_workers_async(client: redis.asyncio.Redis) -> list[WorkerPresence
     names = sorted([as_text(n) async for n in client.scan_iter(keys.WORKER_PREFIX + "*", 500)])
     if not names:
         return []
-    raws: Any = await client.mget(names)
-    return parse_presences(raws)
+    return parse_presences(await client.mget(names))

@@ -6,11 +6,20 @@ See ``chalk_worker.cluster.reconcile`` for how the reconciler uses them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.messages import PUSH_HEAD
-from chalk_client.cluster.script import NOW_MS, Pipeline, Script, as_text, queue_script
+from chalk_client.cluster.script import (
+    NOW_MS,
+    Pipeline,
+    Script,
+    as_list,
+    as_text,
+    parse_kind,
+    queue_script,
+)
+from chalk_client.errors import UnexpectedReplyError
 
 RECONCILE = Script(
     "reconcile",
@@ -116,13 +125,36 @@ PASS_LIMIT = 1000
 """Most jobs one pass looks at."""
 
 
+class StrayKind(StrEnum):
+    """Why a job the reconciler found has no message."""
+
+    LOST = "lost"
+    """Its message was lost (a crash, a Redis restart, a queue emptied): send it again."""
+    UNPUBLISHED = "unpublished"
+    """Its submit died before publishing it through a separate broker: publish it."""
+
+
+class RepublishAnswer(StrEnum):
+    """What the republish script did with a lost job."""
+
+    REQUEUED = "requeued"
+    """Its new message is at the head of its queue."""
+    DONE = "done"
+    """It has a result: left alone."""
+    MISSING = "missing"
+    """No record, or a finished one: left alone."""
+    CHANGED = "changed"
+    """It was sent again since it was seen: left alone."""
+    RUNNING = "running"
+    """A worker holds its lease: left alone."""
+
+
 @dataclass(frozen=True)
 class Stray:
-    """A job the reconciler found without a message: ``lost``, or ``unpublished`` by a
-    submit that died (a separate broker); with its latest task id, batch, publisher and
-    queue (``""``: not a Redis list)."""
+    """A job the reconciler found without a message, and why (``kind``); with its latest
+    task id, batch, publisher and queue (``""``: not a Redis list)."""
 
-    kind: str
+    kind: StrayKind
     job_id: str
     task_id: str
     batch: str
@@ -140,10 +172,27 @@ def queue_reconcile(pipe: Pipeline, grace_ms: int) -> None:
     )
 
 
-def parse_strays(reply: Any) -> list[Stray]:
-    """The jobs without a message a reconcile script found."""
-    values = [as_text(value) for value in reply]
-    return [Stray(*values[i : i + 6]) for i in range(0, len(values), 6)]
+def parse_strays(reply: object) -> list[Stray]:
+    """The jobs without a message a reconcile script found.
+
+    Raises ``UnexpectedReplyError`` for a reply no reconcile script gives.
+    """
+    values = as_list(reply)
+    if len(values) % 6:
+        raise UnexpectedReplyError(
+            f"a reconcile script replied {len(values)} values, not 6 per job"
+        )
+    strays = []
+    for i in range(0, len(values), 6):
+        job_id, task_id, batch, publisher, queue = (as_text(v) for v in values[i + 1 : i + 6])
+        kind = parse_kind(StrayKind, values[i])
+        strays.append(Stray(kind, job_id, task_id, batch, publisher, queue))
+    return strays
+
+
+def parse_republish(reply: object) -> RepublishAnswer:
+    """What a republish script did."""
+    return parse_kind(RepublishAnswer, reply)
 
 
 def queue_republish(pipe: Pipeline, stray: Stray, message: str, task_id: str, queue: str) -> None:

@@ -20,9 +20,8 @@ With ``CHALK_REDIS_WAIT_REPLICAS=n`` (0 by default: no waiting):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from chalk_client.cluster.script import Pipeline
+from chalk_client.cluster.script import Pipeline, as_int
 from chalk_client.settings import ChalkSettings
 
 
@@ -39,7 +38,9 @@ def with_wait(build: Callable[[Pipeline], object], settings: ChalkSettings, pipe
     queue_wait(pipe, settings)
 
 
-def split_wait(replies: Sequence[Any], settings: ChalkSettings) -> tuple[list[Any], str | None]:
+def split_wait(
+    replies: Sequence[object], settings: ChalkSettings
+) -> tuple[list[object], str | None]:
     """The replies before ``WAIT``, and what is wrong if fewer replicas than asked had them.
 
     ``replies`` end with ``WAIT``'s answer when ``queue_wait`` queued it.
@@ -50,10 +51,11 @@ def split_wait(replies: Sequence[Any], settings: ChalkSettings) -> tuple[list[An
     asked = settings.redis_wait_replicas
     if isinstance(answer, Exception):
         return before, f"Redis did not wait for its replicas ({answer})"
-    if int(answer) >= asked:
+    confirmed = as_int(answer)
+    if confirmed >= asked:
         return before, None
     return before, (
-        f"only {int(answer)} of the {asked} replica(s) CHALK_REDIS_WAIT_REPLICAS asks for "
+        f"only {confirmed} of the {asked} replica(s) CHALK_REDIS_WAIT_REPLICAS asks for "
         f"confirmed the write within {settings.redis_wait_timeout_s:g} s, so a failover now "
         "could lose it (see the replicas with `INFO replication` on the master, or lower "
         "CHALK_REDIS_WAIT_REPLICAS)"

@@ -17,7 +17,7 @@ master fails, and the code using it retries as it does for any lost connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict, Unpack, overload
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
@@ -34,6 +34,49 @@ SENTINEL_TIMEOUT_S = 2.0
 sentinel is skipped after it, and the one that answered is asked first next time."""
 ENCODE = "percent-encode '@', ':', '/', ';', '#', '&' and '%' in passwords (e.g. '@' as %40)"
 QUERY_KEYS = ("master_name", "sentinel_password")
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """Keyword arguments of a Redis client or pool that Chalk sets (each as redis-py's)."""
+
+    socket_timeout: float
+    socket_connect_timeout: float
+    socket_keepalive: bool
+    retry: Retry | AsyncRetry
+
+
+class Login(TypedDict, total=False):
+    """Keyword arguments that choose a Redis server's database and log in to it."""
+
+    db: int
+    username: str
+    password: str
+
+
+class _SentinelLogin(TypedDict, total=False):
+    socket_timeout: float
+    socket_connect_timeout: float
+    password: str
+
+
+class SentinelOptions(_SentinelLogin, total=False):
+    """Keyword arguments of a client of one sentinel (``sentinel_kwargs``)."""
+
+    retry: Retry
+
+
+class AsyncSentinelOptions(_SentinelLogin, total=False):
+    """``SentinelOptions`` of an asyncio client."""
+
+    retry: AsyncRetry
+
+
+class KombuSentinelOptions(TypedDict):
+    """The transport options of Chalk's Sentinel transport (and Celery's backend)."""
+
+    master_name: str
+    sentinel_kwargs: SentinelOptions
+    chalk_sentinels: list[list[str | int]]
 
 
 def is_sentinel(url: str) -> bool:
@@ -73,26 +116,34 @@ class SentinelURL:
             sentinel_password=found.get("sentinel_password"),
         )
 
-    def master_kwargs(self) -> dict[str, Any]:
+    def master_kwargs(self) -> Login:
         """What a connection to the master (or a replica) needs: its database and login."""
-        made: dict[str, Any] = {"db": self.db}
+        made: Login = {"db": self.db}
         if self.username:
             made["username"] = self.username
         if self.password is not None:
             made["password"] = self.password
         return made
 
-    def sentinel_kwargs(self, *, asynchronous: bool = False) -> dict[str, Any]:
+    @overload
+    def sentinel_kwargs(self, *, asynchronous: Literal[False] = False) -> SentinelOptions: ...
+    @overload
+    def sentinel_kwargs(self, *, asynchronous: Literal[True]) -> AsyncSentinelOptions: ...
+
+    def sentinel_kwargs(
+        self, *, asynchronous: bool = False
+    ) -> SentinelOptions | AsyncSentinelOptions:
         """What a connection to a sentinel needs: short timeouts, no retries (the next
         sentinel is the retry), and its password if any."""
-        made: dict[str, Any] = {
+        login: _SentinelLogin = {
             "socket_timeout": SENTINEL_TIMEOUT_S,
             "socket_connect_timeout": SENTINEL_TIMEOUT_S,
-            "retry": AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0),
         }
         if self.sentinel_password is not None:
-            made["password"] = self.sentinel_password
-        return made
+            login["password"] = self.sentinel_password
+        if asynchronous:
+            return AsyncSentinelOptions(**login, retry=AsyncRetry(NoBackoff(), 0))
+        return SentinelOptions(**login, retry=Retry(NoBackoff(), 0))
 
     def kombu_url(self) -> str:
         """The broker URL Celery is given: the first sentinel alone, in kombu's form.
@@ -116,7 +167,7 @@ class SentinelURL:
             login = f"{user}@"
         return f"sentinel://{login}{_bracketed(host)}:{port}/{self.db}"
 
-    def kombu_options(self) -> dict[str, Any]:
+    def kombu_options(self) -> KombuSentinelOptions:
         """The transport options Chalk's Sentinel transport (and Celery's backend) need."""
         return {
             "master_name": self.master_name,
@@ -176,7 +227,7 @@ def _agree(found: dict[str, str], key: str, value: str) -> None:
         raise ValueError(f"its parts give different values of {key}")
 
 
-def connect_sentinel(url: str, **kwargs: Any) -> redis.Redis:
+def connect_sentinel(url: str, **kwargs: Unpack[ConnectionOptions]) -> redis.Redis:
     """A client of the master the sentinels of ``url`` name, following failovers."""
     parsed = SentinelURL.parse(url)
     manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
@@ -188,7 +239,7 @@ def connect_sentinel(url: str, **kwargs: Any) -> redis.Redis:
     return client
 
 
-def connect_sentinel_async(url: str, **kwargs: Any) -> redis.asyncio.Redis:
+def connect_sentinel_async(url: str, **kwargs: Unpack[ConnectionOptions]) -> redis.asyncio.Redis:
     """``connect_sentinel`` for asyncio."""
     parsed = SentinelURL.parse(url)
     manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
@@ -211,7 +262,7 @@ class BlockingSentinelPool(
 
 
 def blocking_pool_async(
-    url: str, *, max_connections: int, timeout: float, **kwargs: Any
+    url: str, *, max_connections: int, timeout: float, **kwargs: Unpack[ConnectionOptions]
 ) -> redis.asyncio.ConnectionPool:
     """An asyncio pool of at most ``max_connections`` to the master ``url`` names."""
     parsed = SentinelURL.parse(url)

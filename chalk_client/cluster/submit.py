@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.script import Pipeline, Script, as_text, queue_script
@@ -316,7 +315,7 @@ def queue_batch_index(
 
 
 def chunk_replies(
-    chunk: Sequence[PreparedJob], writes: dict[str, bytes], replies: Sequence[Any]
+    chunk: Sequence[PreparedJob], writes: dict[str, bytes], replies: Sequence[object]
 ) -> list[str | Exception]:
     """Each job's submit reply (text or error); a job whose archive could not be written
     gets that error, whatever its own reply."""

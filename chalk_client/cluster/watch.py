@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.script import Pipeline, Script, queue_script
+from chalk_client.cluster.script import Pipeline, Script, as_int, queue_script
 from chalk_client.settings import ChalkSettings
 
 WATCH = Script(
@@ -95,13 +94,13 @@ def queue_states(pipe: Pipeline, job_ids: Sequence[str]) -> None:
         pipe.exists(keys.result(job_id))
 
 
-def parse_states(replies: Sequence[Any]) -> list[JobState]:
+def parse_states(replies: Sequence[object]) -> list[JobState]:
     """The ``JobState`` of each job from the replies of ``queue_states``."""
     return [
         JobState(
             recorded=bool(replies[i]) or bool(replies[i + 3]),
             running=replies[i + 1] is not None,
-            attempts=int(replies[i + 2] or 0),
+            attempts=as_int(replies[i + 2] or 0),
             finished=bool(replies[i + 3]),
         )
         for i in range(0, len(replies), 4)

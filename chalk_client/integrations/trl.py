@@ -54,7 +54,7 @@ DEFAULT_NAME = "chalk_reward"
 def samples_from_call(
     prompts: Sequence[Conversation] | None,
     completions: Sequence[Conversation],
-    kwargs: Mapping[str, Any],
+    kwargs: Mapping[str, object],
 ) -> list[Sample]:
     """One ``Sample`` per completion, as TRL passes them.
 
@@ -100,7 +100,7 @@ class RewardFunction:
         self,
         prompts: Sequence[Conversation] | None,
         completions: Sequence[Conversation],
-        kwargs: Mapping[str, Any],
+        kwargs: Mapping[str, object],
     ) -> list[Sample]:
         """The call's samples, after checking the row carries every column needed."""
         samples = samples_from_call(prompts, completions, kwargs)
@@ -108,7 +108,7 @@ class RewardFunction:
             self.scorer.check_columns(samples[0].columns)
         return samples
 
-    def rewards(self, results: list[JobResult], kwargs: Mapping[str, Any]) -> list[float | None]:
+    def rewards(self, results: list[JobResult], kwargs: Mapping[str, object]) -> list[float | None]:
         """The scores of ``results``; the failed fraction goes to TRL's ``log_metric``."""
         self.last_results = results
         log_metric = kwargs.get("log_metric")
@@ -121,7 +121,7 @@ class RewardFunction:
         self,
         prompts: Sequence[Conversation] | None = None,
         completions: Sequence[Conversation] = (),
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[float | None]:
         """One reward per completion, in order, as TRL calls reward functions (by keyword)."""
         samples = self.samples(prompts, completions, kwargs)
@@ -189,7 +189,7 @@ class AsyncRewardFunction(Protocol):
         self,
         prompts: Sequence[Conversation] | None = None,
         completions: Sequence[Conversation] = (),
-        **kwargs: Any,
+        **kwargs: object,
     ) -> Coroutine[Any, Any, list[float | None]]: ...
 
 
@@ -231,7 +231,7 @@ def async_reward_function(
     async def score(
         prompts: Sequence[Conversation] | None = None,
         completions: Sequence[Conversation] = (),
-        **kwargs: Any,
+        **kwargs: object,
     ) -> list[float | None]:
         samples = reward.samples(prompts, completions, kwargs)
         results = reward.rewards(await reward.scorer.score_async(samples), kwargs)

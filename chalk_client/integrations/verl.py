@@ -52,7 +52,7 @@ from pydantic import SecretStr
 
 from chalk_client.errors import ConfigurationError
 from chalk_client.integrations.batching import SampleBatcher
-from chalk_client.integrations.samples import Sample
+from chalk_client.integrations.samples import Conversation, Sample
 from chalk_client.integrations.scorer import (
     DEFAULT_TIMEOUT_S,
     JudgeForSample,
@@ -79,7 +79,11 @@ _RESPONSE_KEYS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
 
 def sample_from(
-    index: int, data_source: Any, solution_str: Any, ground_truth: Any, extra_info: Any
+    index: int,
+    data_source: object,
+    solution_str: Conversation,
+    ground_truth: object,
+    extra_info: object,
 ) -> Sample:
     """One verl response as a ``Sample`` (see the module's docstring for its columns)."""
     extra = dict(extra_info) if isinstance(extra_info, Mapping) else {}
@@ -92,7 +96,7 @@ def sample_from(
     return Sample(completion=solution_str, columns=columns, index=index)
 
 
-def _hint_once(key: str, message: str, *args: Any) -> None:
+def _hint_once(key: str, message: str, *args: object) -> None:
     """Log ``message`` as a warning the first time ``key`` comes up in this process."""
     if key not in _hinted:
         _hinted.add(key)
@@ -144,11 +148,11 @@ class VerlReward:
 
     async def compute_score_async(
         self,
-        data_source: Any,
+        data_source: object,
         solution_str: str,
-        ground_truth: Any,
-        extra_info: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        ground_truth: object,
+        extra_info: Mapping[str, object] | None = None,
+        **kwargs: object,
     ) -> float:
         """The score of one response, scored with the calls awaited beside it.
 
@@ -160,11 +164,11 @@ class VerlReward:
 
     def compute_score(
         self,
-        data_source: Any,
+        data_source: object,
         solution_str: str,
-        ground_truth: Any,
-        extra_info: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        ground_truth: object,
+        extra_info: Mapping[str, object] | None = None,
+        **kwargs: object,
     ) -> float:
         """The score of one response, as a plain function (safe from many threads at once)."""
         if _in_verl_thread_pool():
@@ -179,11 +183,11 @@ class VerlReward:
 
     def compute_score_batch(
         self,
-        data_sources: Sequence[Any] | None = None,
+        data_sources: Sequence[object] | None = None,
         solution_strs: Sequence[str] | None = None,
-        ground_truths: Sequence[Any] | None = None,
-        extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
-        **kwargs: Any,
+        ground_truths: Sequence[object] | None = None,
+        extra_infos: Sequence[Mapping[str, object] | None] | None = None,
+        **kwargs: Any,  # verl's keyword arguments: whatever its version passes
     ) -> list[float] | float:
         """The scores of a batch, in order, scored all at once (verl 0.6's ``batch`` manager).
 
@@ -199,8 +203,14 @@ class VerlReward:
                 "own; name compute_score_async in reward.custom_reward_function to score "
                 "a step's responses together",
             )
-            response = [kwargs.get(name) for name in _RESPONSE_KEYS]
-            return self._floats(self.scorer.score([sample_from(0, *response)]))[0]
+            sample = sample_from(
+                0,
+                kwargs.get("data_source"),
+                kwargs["solution_str"],
+                kwargs.get("ground_truth"),
+                kwargs.get("extra_info"),
+            )
+            return self._floats(self.scorer.score([sample]))[0]
         if data_sources is None or solution_strs is None or ground_truths is None:
             raise TypeError(
                 "compute_score_batch needs data_sources, solution_strs and ground_truths, "
@@ -269,7 +279,7 @@ def reward_function(
     return VerlReward(scorer, failed_value, concurrency)
 
 
-def _submission_from(spec: Any) -> SubmissionBuilder | None:
+def _submission_from(spec: object) -> SubmissionBuilder | None:
     """A submission builder from its config: ``{type: code_block | text, path, ...}``."""
     if spec is None:
         return None
@@ -298,7 +308,7 @@ _OPTIONS = frozenset(
 )
 
 
-def configured(options: Mapping[str, Any]) -> VerlReward:
+def configured(options: Mapping[str, object]) -> VerlReward:
     """The ``VerlReward`` that ``reward_kwargs`` describe, made once per distinct set.
 
     Options: ``judge`` (required: a judge object, a list of steps, or a judge
@@ -335,11 +345,11 @@ def configured(options: Mapping[str, Any]) -> VerlReward:
 
 
 def compute_score(
-    data_source: Any,
+    data_source: object,
     solution_str: str,
-    ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
-    **reward_kwargs: Any,
+    ground_truth: object,
+    extra_info: Mapping[str, object] | None = None,
+    **reward_kwargs: object,
 ) -> float:
     """The score of one response as a plain function, configured by ``reward_kwargs``.
 
@@ -352,11 +362,11 @@ def compute_score(
 
 
 async def compute_score_async(
-    data_source: Any,
+    data_source: object,
     solution_str: str,
-    ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
-    **reward_kwargs: Any,
+    ground_truth: object,
+    extra_info: Mapping[str, object] | None = None,
+    **reward_kwargs: object,
 ) -> float:
     """The score of one response, configured by ``reward_kwargs``: what verl should call.
 
@@ -368,11 +378,11 @@ async def compute_score_async(
 
 
 def compute_score_batch(
-    data_sources: Sequence[Any] | None = None,
+    data_sources: Sequence[object] | None = None,
     solution_strs: Sequence[str] | None = None,
-    ground_truths: Sequence[Any] | None = None,
-    extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
-    **reward_kwargs: Any,
+    ground_truths: Sequence[object] | None = None,
+    extra_infos: Sequence[Mapping[str, object] | None] | None = None,
+    **reward_kwargs: object,
 ) -> list[float] | float:
     """The scores of a batch, configured by ``reward_kwargs`` (verl 0.6's ``batch`` manager).
 

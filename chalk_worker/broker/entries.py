@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
 
 from kombu.compression import decompress
 from kombu.utils.json import loads
@@ -41,7 +40,7 @@ def shorten(value: object) -> str:
     return f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
 
 
-def _decoded_body(payload: dict[str, Any], properties: dict[str, Any]) -> bytes:
+def _decoded_body(payload: dict[str, object], properties: dict[str, object]) -> bytes:
     """The entry's body as bytes, checked as kombu decodes it (``MalformedEntry`` if not)."""
     body = payload.get("body")
     if not isinstance(body, str):
@@ -57,8 +56,8 @@ def _decoded_body(payload: dict[str, Any], properties: dict[str, Any]) -> bytes:
         raise MalformedEntry(f"its body is not valid base64 ({exc})", payload) from None
 
 
-def check_envelope(payload: object) -> bytes:
-    """Check the kombu message shape of an entry; returns its decoded body.
+def check_envelope(payload: object) -> tuple[dict[str, object], bytes]:
+    """Check the kombu message shape of an entry; returns it and its decoded body.
 
     kombu reads ``properties`` (its ``delivery_tag``, and the ``exchange`` and
     ``routing_key`` of ``delivery_info``), ``headers`` as a mapping and decodes
@@ -85,10 +84,16 @@ def check_envelope(payload: object) -> bytes:
     for field in ("content-type", "content-encoding"):
         if not isinstance(payload.get(field), str | None):
             raise MalformedEntry(f"its {field} is not a string", payload)
-    return _decoded_body(payload, properties)
+    return payload, _decoded_body(payload, properties)
 
 
-def check_task(payload: dict[str, Any], body: bytes) -> None:
+def _headers(payload: dict[str, object]) -> dict[str, object]:
+    """An entry's headers (``check_envelope`` let through an object or none)."""
+    headers = payload.get("headers")
+    return headers if isinstance(headers, dict) else {}
+
+
+def check_task(payload: dict[str, object], body: bytes) -> None:
     """Check what Celery reads unguarded from a task message (``MalformedEntry`` if wrong).
 
     A message with a ``task`` header is a task message of Celery's protocol 2:
@@ -99,7 +104,7 @@ def check_task(payload: dict[str, Any], body: bytes) -> None:
     is not valid JSON (or does not decompress) is left to Celery, which logs and
     drops it.
     """
-    headers = payload.get("headers") or {}
+    headers = _headers(payload)
     is_json = payload.get("content-type") == JSON
     if "task" not in headers:
         if is_json and b'"task"' in body:  # cheap test first: events and replies never match
@@ -147,7 +152,7 @@ def check_task(payload: dict[str, Any], body: bytes) -> None:
 _NOT_JSON = object()
 
 
-def _json(body: bytes, headers: dict[str, Any]) -> Any:
+def _json(body: bytes, headers: dict[str, object]) -> object:
     """``body`` decoded as Celery decodes it, or ``_NOT_JSON`` (Celery reports those)."""
     try:
         if "compression" in headers:
@@ -157,9 +162,9 @@ def _json(body: bytes, headers: dict[str, Any]) -> Any:
         return _NOT_JSON
 
 
-def job_of(payload: dict[str, Any], body: bytes) -> tuple[str, str] | None:
+def job_of(payload: dict[str, object], body: bytes) -> tuple[str, str] | None:
     """The job id and task id of a ``chalk.score`` message (checked by ``check_task``)."""
-    headers = payload.get("headers") or {}
+    headers = _headers(payload)
     if headers.get("task") != TASK_NAME or "compression" in headers:
         return None
     decoded = _json(body, headers)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Protocol
 
 import redis
 from kombu.transport import redis as kombu_redis
@@ -33,7 +33,23 @@ RETRY_MAX_S = 10.0
 """Longest wait between two attempts to record a taken message."""
 
 
-def broker_url_of(connection: Any) -> str:
+class BrokerConnection(Protocol):
+    """What the log reads of a kombu connection."""
+
+    ssl: object
+    hostname: str | None
+    port: int | None
+    virtual_host: str | None
+
+
+class TakenMessage(Protocol):
+    """What the acknowledgement emulation reads of a kombu message."""
+
+    delivery_info: dict[str, object]
+    _raw: object
+
+
+def broker_url_of(connection: BrokerConnection) -> str:
     """The Redis URL of a kombu connection, for the log (without the password)."""
     scheme = "rediss" if connection.ssl else "redis"
     return f"{scheme}://{connection.hostname}:{connection.port}/{connection.virtual_host or 0}"
@@ -71,11 +87,11 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
     used, retried while Redis refuses writes.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self._held: dict[str, bytes] = {}
 
-    def append(self, message: Any, delivery_tag: str) -> None:
+    def append(self, message: TakenMessage, delivery_tag: str) -> None:
         """Record a taken message as unacknowledged (in the held list, or kombu's hash)."""
         channel = self.channel
         raw = getattr(channel, "taken_raw", None)
@@ -98,7 +114,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
                     return  # held in Redis: given back when this consumer closes or lapses
                 delay = _wait_out(exc, channel.broker_url, "noting a message taken", delay)
 
-    def _append_unacked(self, message: Any, delivery_tag: str) -> None:
+    def _append_unacked(self, message: TakenMessage, delivery_tag: str) -> None:
         """kombu's record of a taken message; until then it is only in this process."""
         record = super().append
         delay = 1.0
@@ -153,15 +169,18 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
                 held.ack(consumer, raw)
         virtual.QoS.ack(self, delivery_tag)
 
-    def restore_unacked(self, client: Any = None) -> Any:
+    def restore_unacked(self, client: redis.Redis | None = None) -> list[object] | None:
         """kombu's restore at close: on a held list, done by ``Channel.close`` (all of it)."""
         if getattr(self.channel, "consumer", None) is not None:
             self._delivered.clear()
             return []
-        return super().restore_unacked(client)
+        restored: list[object] | None = super().restore_unacked(client)
+        return restored
 
     @contextmanager
-    def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
+    def pipe_or_acquire(
+        self, pipe: redis.client.Pipeline | None = None, client: redis.Redis | None = None
+    ) -> Iterator[redis.client.Pipeline]:
         """kombu's pipeline for acks and records, without ``MULTI`` (see the module's doc)."""
         if pipe:
             yield pipe

@@ -18,6 +18,7 @@ import redis.sentinel
 from kombu.transport import redis as kombu_redis
 from kombu.utils.url import _parse_url
 
+from chalk_client.cluster.sentinel import SentinelOptions
 from chalk_worker.broker.transport import HELD_TIMEOUT_S, Channel, Transport
 
 
@@ -32,10 +33,10 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
         "sentinel_fanout_compat",
         "chalk_sentinels",
     )
-    chalk_sentinels: list[list[Any]] | None = None
+    chalk_sentinels: list[list[str | int]] | None = None
     """Every sentinel, ``[host, port]`` (transport option): the broker URL names one."""
     master_name: str | None = None
-    sentinel_kwargs: dict[str, Any] | None = None
+    sentinel_kwargs: SentinelOptions | None = None
     min_other_sentinels = 0
     _sentinels: list[tuple[str, int]] | None = None
 
@@ -67,13 +68,14 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
             **kwargs,
         )
 
-    def _sentinel_managed_pool(self, asynchronous: bool = False) -> Any:
+    def _sentinel_managed_pool(self, asynchronous: bool = False) -> redis.ConnectionPool:
         manager = self._manager(self._connparams(asynchronous))
         if asynchronous:
             self._async_sentinel_manager = manager
         else:
             self._sentinel_manager = manager
-        return manager.master_for(self.master_name, redis.Redis).connection_pool  # type: ignore[no-untyped-call]
+        master: redis.Redis = manager.master_for(self.master_name, redis.Redis)  # type: ignore[no-untyped-call]
+        return master.connection_pool
 
     @property
     def broker_url(self) -> str:

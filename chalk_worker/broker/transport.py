@@ -72,8 +72,8 @@ class Message(virtual.Message):  # type: ignore[misc]
     chalk_job: tuple[str, str] | None = None
     """The job id and task id, for a ``chalk.score`` message."""
 
-    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
-        body = check_envelope(payload)
+    def __init__(self, payload: object, channel: object = None, **kwargs: object) -> None:
+        payload, body = check_envelope(payload)
         check_task(payload, body)
         super().__init__(payload, channel=channel, **kwargs)
         self.chalk_job = job_of(payload, body)
@@ -122,7 +122,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         "chalk_lease_ms",
     )
 
-    _sync_client: tuple[Any, Any] | None = None
+    _sync_client: tuple[redis.ConnectionPool, redis.Redis] | None = None
     """The pool the reused client was made for, and the client."""
     took_entry = False
     """Whether the entry being read became a ``Message``: errors after that are not its own."""
@@ -135,13 +135,15 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     _paused_until = 0.0
     _pause_s = 0.0
     _params: dict[str, Any] | None = None
+    """kombu's keyword arguments of a Redis pool (open-ended: TLS options, URL query...)."""
     _held: HeldMessages | None = None
 
-    def _connparams(self, asynchronous: bool = False) -> Any:
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         # Kept from the first call: Celery drops the connection before it is done with
         # the channel (acks after a lost connection), and kombu reads it to make a pool.
         if asynchronous:
-            return super()._connparams(asynchronous=True)
+            made: dict[str, Any] = super()._connparams(asynchronous=True)
+            return made
         if self._params is None:
             if self.connection is None or self.connection.client is None:
                 raise redis.ConnectionError("the broker connection of this channel is closed")
@@ -170,7 +172,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """Whether this channel consumes the Chalk queue alone (and so holds what it takes)."""
         return self.chalk_queue is not None and self.active_queues == [self.chalk_queue]
 
-    def _brpop_start(self, timeout: Any = None) -> None:
+    def _brpop_start(self, timeout: float | None = None) -> None:
         if not self._reliable():
             self._sent = "BRPOP"
             super()._brpop_start(timeout)
@@ -215,9 +217,10 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         )
         self._paused_until = time.monotonic() + self._pause_s
 
-    def _create_client(self, asynchronous: bool = False) -> Any:
+    def _create_client(self, asynchronous: bool = False) -> redis.Redis:
         if asynchronous:  # kombu caches the one it makes (``client``, ``subclient``)
-            return super()._create_client(asynchronous=True)
+            client: redis.Redis = super()._create_client(asynchronous=True)
+            return client
         made = self._sync_client
         pool = self.pool  # a new pool after kombu resets the connections: a new client
         if made is None or made[0] is not pool:
@@ -229,7 +232,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """What kombu counts as a lost connection or a broker's refusal."""
         return tuple(self.connection.connection_errors) + tuple(self.connection.channel_errors)
 
-    def _brpop_read(self, **options: Any) -> bool:
+    def _brpop_read(self, **options: object) -> bool:
         self.took_entry = False
         self.taken_raw = None
         try:
@@ -253,7 +256,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             self.took_entry = False
             self.taken_raw = None
 
-    def _blmove_read(self, **options: Any) -> bool:
+    def _blmove_read(self, **options: object) -> bool:
         """Read the reply of ``BLMOVE`` and deliver the message it moved to the held list."""
         try:
             try:
@@ -300,7 +303,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             return
         delivery.REGISTRY.close(consumer, given_back=True)
 
-    def _deliver_fanout_message(self, message: Any, exchange: str) -> bool:
+    def _deliver_fanout_message(self, message: object, exchange: str) -> bool:
         # Broadcasts (remote control) come by PUBLISH, past _brpop_read: one malformed
         # PUBLISH to the pidbox channel would otherwise stop every worker at once.
         self.took_entry = False

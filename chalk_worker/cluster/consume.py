@@ -22,15 +22,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 from pydantic import ValidationError
 from redis.exceptions import ReadOnlyError
 
 from chalk_client.cluster.connection import connect
-from chalk_client.cluster.leases import Start
+from chalk_client.cluster.leases import BlobState, Start, StartOutcome
 from chalk_client.errors import JobFailedError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.records import load_job
@@ -40,6 +39,7 @@ from chalk_worker.cluster.delivery import HeldMessages
 from chalk_worker.cluster.keeper import LeaseKeeper, Resender
 from chalk_worker.cluster.leases import LeaseStore, describe_trouble
 from chalk_worker.cluster.reconcile import Reconciler
+from chalk_worker.metrics import MessageOutcome
 from chalk_worker.run.process_loop import process_loop
 from chalk_worker.run.runner import score_job_async
 from chalk_worker.sandbox.workdirs import make_job_dir
@@ -48,34 +48,15 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class Outcome(StrEnum):
-    """What became of one ``chalk.score`` message (a metrics label, and Flower's result)."""
-
-    SUCCEEDED = "succeeded"
-    """Scored here; the result is stored."""
-    FAILED = "failed"
-    """Scored here and stored ``failed`` (raised as ``JobFailedError`` for Flower)."""
-    DUPLICATE = "duplicate"
-    """The job already had a result: the message was dropped."""
-    BUSY = "busy"
-    """Another worker holds the job's lease: the message was dropped."""
-    MISSING = "missing"
-    """No record of the job (never submitted, or expired): the message was dropped."""
-    MALFORMED = "malformed"
-    """The message's arguments are not one job id: it was dropped."""
-    ERROR = "error"
-    """Handling it raised (a bug, or Redis gone for good): Celery logs it."""
-
-
 @dataclass(frozen=True)
 class Handled:
     """What ``WorkerRuntime.handle`` did with a message: its outcome and, if scored, the score."""
 
-    outcome: Outcome
+    outcome: MessageOutcome
     score: float | None = None
 
     def __str__(self) -> str:
-        if self.outcome is Outcome.SUCCEEDED:
+        if self.outcome is MessageOutcome.SUCCEEDED:
             return f"succeeded, score {self.score}"
         return self.outcome.value
 
@@ -84,7 +65,7 @@ MAX_JOB_ID = 512
 RETRY_MAX_S = 30.0
 
 
-def message_job_id(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+def message_job_id(args: Sequence[object], kwargs: Mapping[str, object]) -> str | None:
     """The job id a message carries, or ``None`` if its arguments are not one job id."""
     if len(args) == 1 and not kwargs:
         value = args[0]
@@ -155,7 +136,7 @@ class WorkerRuntime:
                 delay = min(delay * 2, RETRY_MAX_S)
 
     def handle(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], node: str, task_id: str = ""
+        self, args: Sequence[object], kwargs: Mapping[str, object], node: str, task_id: str = ""
     ) -> Handled:
         """Process one message (in a task thread); returns what happened.
 
@@ -172,20 +153,20 @@ class WorkerRuntime:
                 args,
                 kwargs,
             )
-            return Handled(Outcome.MALFORMED)
+            return Handled(MessageOutcome.MALFORMED)
         start = self.retrying(
             f"starting job {job_id}",
             lambda: self.leases.start(job_id, self.owner, task_id, node),
         )
-        if start.outcome == "done":
+        if start.outcome is StartOutcome.DONE:
             log.info("job %s already has a result; dropping this message", job_id)
-            return Handled(Outcome.DUPLICATE)
-        if start.outcome == "busy":
+            return Handled(MessageOutcome.DUPLICATE)
+        if start.outcome is StartOutcome.BUSY:
             log.info("job %s is being scored by %s; dropping this copy", job_id, start.holder)
-            return Handled(Outcome.BUSY)
-        if start.outcome == "missing":
+            return Handled(MessageOutcome.BUSY)
+        if start.outcome is StartOutcome.MISSING:
             log.warning("no record of job %s (never submitted, or expired); dropping it", job_id)
-            return Handled(Outcome.MISSING)
+            return Handled(MessageOutcome.MISSING)
         if start.taken is not None:
             self.note_taken(*start.taken)
         with self._lock:
@@ -202,11 +183,11 @@ class WorkerRuntime:
                 self._held.discard(job_id)
         if not written:
             log.info("job %s already had a result; this run's result is dropped", job_id)
-            return Handled(Outcome.DUPLICATE)
+            return Handled(MessageOutcome.DUPLICATE)
         metrics.job_scored(result)
         if result.status is JobStatus.FAILED:  # stored; raised so Flower lists the task failed
             raise JobFailedError(f"job {job_id} failed: {result.error}")
-        return Handled(Outcome.SUCCEEDED, result.score)
+        return Handled(MessageOutcome.SUCCEEDED, result.score)
 
     async def _score(self, job_id: str, start: Start, worker: str) -> JobResult:
         """The job's result: scored on this process's loop, or ``failed`` if unreadable."""
@@ -222,7 +203,7 @@ class WorkerRuntime:
                 worker=worker,
             )
 
-        if start.blob == "missing":
+        if start.blob is BlobState.MISSING:
             return failed(
                 "the job's submission archive is no longer in Redis (kept CHALK_BLOB_TTL_S "
                 "seconds); submit the job again with retry_failed=True"
@@ -235,7 +216,7 @@ class WorkerRuntime:
             return failed(f"the job's record in Redis cannot be read: {type(exc).__name__}: {exc}")
         if job.id != job_id:
             return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
-        if start.blob != "large":
+        if start.blob is not BlobState.LARGE:
             return await score_job_async(
                 job, settings=self.settings, attempts=start.attempts, worker=worker
             )

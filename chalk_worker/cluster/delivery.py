@@ -27,12 +27,12 @@ import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.delivery import (
+    RestoreAnswer,
     queue_consumers,
     queue_dead_consumers,
     queue_forget_consumer,
@@ -41,7 +41,15 @@ from chalk_client.cluster.delivery import (
     queue_watermarks,
 )
 from chalk_client.cluster.messages import HeldEntry, queue_message
-from chalk_client.cluster.script import Build, as_text, first_error, run_pipeline
+from chalk_client.cluster.script import (
+    Build,
+    Pipeline,
+    as_list,
+    as_text,
+    first_error,
+    parse_kind,
+    run_pipeline,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +161,7 @@ class HeldMessages:
         self.redis = client
         self.lease_ms = lease_ms
 
-    def run(self, build: Build) -> Any:
+    def run(self, build: Build) -> object:
         """Run the one command ``build`` queues; its reply, or its error raised."""
         reply = run_pipeline(self.redis, build)[0]
         if isinstance(reply, Exception):
@@ -179,12 +187,12 @@ class HeldMessages:
 
     def held(self, consumer: str) -> list[bytes]:
         """The messages a consumer holds, oldest first (at most ``GIVE_BACK_BATCH``)."""
-        found: Any = self.redis.lrange(keys.held(consumer), -GIVE_BACK_BATCH, -1)
+        found = self.redis.lrange(keys.held(consumer), -GIVE_BACK_BATCH, -1)
         return [entry if isinstance(entry, bytes) else entry.encode() for entry in reversed(found)]
 
     def give_back(
         self, consumer: str, entries: Sequence[HeldEntry], *, fresh: bool
-    ) -> list[tuple[HeldEntry, str, str]]:
+    ) -> list[tuple[HeldEntry, RestoreAnswer, str]]:
         """Give held messages back to the queue, each in one script; per entry the outcome
         (``requeued``, or why it was dropped) and the task id it was sent as.
 
@@ -195,7 +203,7 @@ class HeldMessages:
         queue = queue_of(consumer)
         sent: list[str] = []
 
-        def build(pipe: Any) -> None:
+        def build(pipe: Pipeline) -> None:
             sent.clear()
             for entry in entries:
                 message, task_id = "", entry.task_id
@@ -211,7 +219,7 @@ class HeldMessages:
         if error is not None:
             raise error
         return [
-            (entry, as_text(reply), task_id)
+            (entry, parse_kind(RestoreAnswer, reply), task_id)
             for entry, reply, task_id in zip(entries, replies, sent, strict=True)
         ]
 
@@ -225,12 +233,12 @@ class HeldMessages:
             entries = [HeldEntry.parse(raw) for raw in self.held(consumer)]
             outcomes = self.give_back(consumer, entries, fresh=fresh)
             for entry, outcome, task_id in outcomes:
-                if outcome == "requeued" and fresh:
+                if outcome is RestoreAnswer.REQUEUED and fresh:
                     node = keys.Consumer.parse(consumer).node
                     lost.append(
                         LostAttempt(entry.job_id, entry.task_id, task_id, "worker died", node)
                     )
-                elif outcome == "dropped":
+                elif outcome is RestoreAnswer.DROPPED:
                     log.warning(
                         "dropped an entry held by %s that is not a chalk.score message: %.300r",
                         consumer,
@@ -243,4 +251,4 @@ class HeldMessages:
 
     def dead_consumers(self) -> list[str]:
         """Consumers whose liveness lapsed: their processes stopped renewing it."""
-        return [as_text(consumer) for consumer in self.run(queue_dead_consumers)]
+        return [as_text(consumer) for consumer in as_list(self.run(queue_dead_consumers))]

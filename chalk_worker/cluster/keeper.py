@@ -20,6 +20,7 @@ from typing import Protocol
 import redis
 
 from chalk_client.cluster.connection import redacted
+from chalk_client.cluster.leases import RequeueAnswer
 from chalk_client.settings import ChalkSettings
 from chalk_worker.cluster import delivery
 from chalk_worker.cluster.delivery import HeldMessages, LostAttempt
@@ -168,14 +169,14 @@ class LeaseKeeper(threading.Thread):
         lost: list[LostAttempt] = []
         if self.resender.publish is None:
             for one, answer, task_id in leases.requeue(expired, self.resender.queue):
-                if answer == "requeued" and one.started:
+                if answer is RequeueAnswer.REQUEUED and one.started:
                     lost.append(
                         LostAttempt(one.job_id, one.started, task_id, "worker died", one.node)
                     )
         else:
             token = f"{self.runtime.owner}:reaper"
             for one, answer in leases.claim_expired(expired, token):
-                if answer == "claimed":
+                if answer is RequeueAnswer.CLAIMED:
                     task_id = self.resender.publish(one.job_id, one.batch or None)
                     leases.let_go(one.job_id, token)
                     if one.started:

@@ -23,19 +23,19 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import redis
 from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.connection import redacted
+from chalk_client.cluster.finish import queue_finish
 from chalk_client.cluster.leases import (
     Expired,
+    RequeueAnswer,
     Start,
     parse_expired,
     parse_start,
-    queue_finish,
     queue_heartbeat,
     queue_let_go,
     queue_reap,
@@ -44,7 +44,15 @@ from chalk_client.cluster.leases import (
 )
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.replicas import split_wait, with_wait
-from chalk_client.cluster.script import Build, as_text, run_pipeline
+from chalk_client.cluster.script import (
+    Build,
+    Pipeline,
+    as_list,
+    as_text,
+    first_error,
+    parse_kind,
+    run_pipeline,
+)
 from chalk_client.jobs import JobResult
 from chalk_client.settings import ChalkSettings
 from chalk_worker.cluster import delivery
@@ -99,14 +107,14 @@ class LeaseStore:
         self._short_count = 0
         self._short_logged = -SHORT_LOG_EVERY_S
 
-    def _one(self, build: Build) -> Any:
+    def _one(self, build: Build) -> object:
         reply = run_pipeline(self.redis, build)[0]
         if isinstance(reply, Exception):
             raise reply
         return reply
 
     def queue_start(
-        self, pipe: Any, job_id: str, owner: str, task_id: str = "", node: str = ""
+        self, pipe: Pipeline, job_id: str, owner: str, task_id: str = "", node: str = ""
     ) -> None:
         """Queue the start script of ``job_id`` (see ``chalk_client.cluster.leases``)."""
         queue_start(
@@ -119,14 +127,14 @@ class LeaseStore:
             mark_taken=not delivery.NOTE_RECEIPTS,
         )
 
-    def queue_finish(self, pipe: Any, result: JobResult, owner: str) -> None:
+    def queue_finish(self, pipe: Pipeline, result: JobResult, owner: str) -> None:
         """Queue the finish script of ``result``'s job."""
         queue_finish(
             pipe,
             result.job_id,
             result.model_dump_json(),
             owner,
-            status=result.status.value,
+            status=result.status,
             ttl_s=self.settings.result_ttl_s,
             keep=self.settings.keep_jobs,
         )
@@ -190,13 +198,15 @@ class LeaseStore:
         if not job_ids:
             return []
         lost = self._one(lambda pipe: queue_heartbeat(pipe, job_ids, owner, self.lease_ms))
-        return [as_text(job_id) for job_id in lost]
+        return [as_text(job_id) for job_id in as_list(lost)]
 
     def reap(self) -> list[Expired]:
         """The leases that ran out (their worker stopped renewing them); ``requeue`` takes them."""
         return parse_expired(self._one(queue_reap))
 
-    def requeue(self, expired: Sequence[Expired], queue: str) -> list[tuple[Expired, str, str]]:
+    def requeue(
+        self, expired: Sequence[Expired], queue: str
+    ) -> list[tuple[Expired, RequeueAnswer, str]]:
         """Send each expired job again: a new message at the head of its queue (``queue``
         for jobs that name none), in the same script that frees the lease if still expired.
 
@@ -208,7 +218,7 @@ class LeaseStore:
             queue_message(one.job_id, one.queue or queue, one.batch or None) for one in expired
         ]
 
-        def build(pipe: Any) -> None:
+        def build(pipe: Pipeline) -> None:
             for one, message in zip(expired, messages, strict=True):
                 queue_requeue(
                     pipe,
@@ -225,13 +235,15 @@ class LeaseStore:
             for (one, answer), message in zip(self._answers(expired, build), messages, strict=True)
         ]
 
-    def claim_expired(self, expired: Sequence[Expired], token: str) -> list[tuple[Expired, str]]:
+    def claim_expired(
+        self, expired: Sequence[Expired], token: str
+    ) -> list[tuple[Expired, RequeueAnswer]]:
         """Take over expired leases while their jobs are published through another broker.
 
         Returns each job with ``claimed`` (publish it, then ``let_go``) or why not.
         """
 
-        def build(pipe: Any) -> None:
+        def build(pipe: Pipeline) -> None:
             for one in expired:
                 queue_requeue(
                     pipe,
@@ -249,11 +261,16 @@ class LeaseStore:
         """Give up a lease taken by ``claim_expired`` once the job's message went out."""
         self._one(lambda pipe: queue_let_go(pipe, job_id, token))
 
-    def _answers(self, expired: Sequence[Expired], build: Build) -> list[tuple[Expired, str]]:
+    def _answers(
+        self, expired: Sequence[Expired], build: Build
+    ) -> list[tuple[Expired, RequeueAnswer]]:
         if not expired:
             return []
         replies = run_pipeline(self.redis, build)
-        error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        error = first_error(replies)
         if error is not None:
             raise error
-        return [(one, as_text(reply)) for one, reply in zip(expired, replies, strict=True)]
+        return [
+            (one, parse_kind(RequeueAnswer, reply))
+            for one, reply in zip(expired, replies, strict=True)
+        ]

@@ -30,13 +30,15 @@ import redis
 from chalk_client.cluster import keys
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.reconcile import (
+    RepublishAnswer,
     Stray,
+    StrayKind,
+    parse_republish,
     parse_strays,
     queue_claim_unpublished,
     queue_reconcile,
     queue_republish,
 )
-from chalk_client.cluster.script import as_text
 from chalk_client.cluster.submit import queue_published
 from chalk_client.settings import ChalkSettings
 from chalk_worker.cluster.delivery import HeldMessages, LostAttempt
@@ -66,7 +68,7 @@ class Reconciler:
             return []
         sent: list[LostAttempt] = []
         for stray in self.strays():
-            if stray.kind == "unpublished":
+            if stray.kind is StrayKind.UNPUBLISHED:
                 if publish is not None and self._publish_unpublished(stray, publish):
                     sent.append(LostAttempt(stray.job_id, "", "", "its submit died"))
             elif publish is None:
@@ -93,7 +95,7 @@ class Reconciler:
         answer = self.held.run(
             lambda pipe: queue_republish(pipe, stray, message.text, message.task_id, queue)
         )
-        return message.task_id if as_text(answer) == "requeued" else ""
+        return message.task_id if parse_republish(answer) is RepublishAnswer.REQUEUED else ""
 
     def _publish_unpublished(self, stray: Stray, publish: Publish) -> bool:
         """Publish, through the other broker, a job whose submit died before publishing it."""

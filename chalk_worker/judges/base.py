@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chalk_client.judge_specs import JudgeSpec
+from chalk_client.judge_specs import JudgeSpec, JudgeType
 from chalk_client.registry import Registry
 from chalk_client.scoring import Scoring
 from chalk_client.settings import ChalkSettings, ResolvedLimits
@@ -67,7 +67,7 @@ EVALUATORS: Registry[Evaluator] = Registry(
 """One evaluator per judge ``type``."""
 _import_lock = threading.Lock()
 
-MODULES = {
+MODULES: dict[JudgeType, str] = {
     "all": "combine",
     "always_pass": "always_pass",
     "any": "combine",
@@ -80,12 +80,12 @@ MODULES = {
 """The module of ``chalk_worker.judges`` that registers each judge type's evaluator."""
 
 
-def evaluator(kind: str) -> Callable[[_E], _E]:
+def evaluator(kind: JudgeType) -> Callable[[_E], _E]:
     """Register the evaluator of judges whose ``type`` is ``kind``."""
     return EVALUATORS.register(kind)
 
 
-def evaluator_of(kind: str) -> Evaluator:
+def evaluator_of(kind: JudgeType) -> Evaluator:
     """The evaluator of judges of type ``kind``, its module imported on first use."""
     if kind not in EVALUATORS and kind in MODULES:
         with _import_lock:

@@ -13,7 +13,6 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from chalk_client.custom import RubricContext, registered_context
 from chalk_client.errors import ChalkError, ContextError, StudentMisbehaviorError, UnknownJudgeError
@@ -115,7 +114,7 @@ def render_file(
     return f"=== file {label} ({info.st_size} bytes) ===\n{text}\n=== end of file {label} ==="
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
 
 from chalk_client.custom import Judge, registered_judge
 from chalk_client.errors import JudgeError, UnknownJudgeError
@@ -32,7 +31,7 @@ async def evaluate_custom(judge: CustomJudge, context: JudgeContext) -> Scoring:
         )
     instance.saved_submissions = context.saved_submissions
     instance.submission_dir = context.submission_dir
-    outcome: Any = await asyncio.to_thread(instance.evaluate, context.transcript)
+    outcome: object = await asyncio.to_thread(instance.evaluate, context.transcript)
     if inspect.isawaitable(outcome):
         outcome = await outcome
     if not isinstance(outcome, Scoring):

@@ -155,7 +155,7 @@ def _read_up_to(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_score_file(path: Path) -> tuple[dict[str, Any] | None, str]:
+def _read_score_file(path: Path) -> tuple[dict[str, object] | None, str]:
     """The script's JSON object, or ``None`` and why not. Never follows links or FIFOs."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from chalk_client.judge_specs import JudgeType
     from chalk_worker.sandbox.process import ProcessOutcome
 
 
@@ -33,7 +34,7 @@ class GradedVerdict(Protocol):
         """Completion tokens it took."""
 
 
-def _untimed(judge_type: str) -> AbstractContextManager[None]:
+def _untimed(judge_type: JudgeType) -> AbstractContextManager[None]:
     return nullcontext()
 
 
@@ -45,7 +46,7 @@ def _ignored(*_: object) -> None:
 class JudgeHooks:
     """The judges' hooks; each one a no-op until replaced."""
 
-    judge_timer: Callable[[str], AbstractContextManager[None]] = _untimed
+    judge_timer: Callable[[JudgeType], AbstractContextManager[None]] = _untimed
     """Around one judge of the given type (also when it raises)."""
     sandbox_run: Callable[[ProcessOutcome], None] = _ignored
     """After each sandboxed run: how it ended."""

@@ -22,8 +22,8 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
@@ -226,15 +226,15 @@ class LLMPool:
                 clients[server] = client
         return client
 
-    def _pacer(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
-        async def pace(request: Any) -> None:  # the SDK's httpx request
+    def _pacer(self, base_url: str) -> Callable[[httpx.Request], Awaitable[None]]:
+        async def pace(request: httpx.Request) -> None:
             HOOKS.llm_request(request)
             await self.pace(base_url)
 
         return pace
 
-    def _watch(self, base_url: str) -> Callable[[Any], Awaitable[None]]:
-        async def record(response: Any) -> None:  # the SDK's httpx response
+    def _watch(self, base_url: str) -> Callable[[httpx.Response], Awaitable[None]]:
+        async def record(response: httpx.Response) -> None:
             HOOKS.llm_response(response.status_code)
             if response.status_code in (408, 409, 429) or response.status_code >= 500:
                 after = response.headers.get("retry-after")
@@ -252,7 +252,7 @@ class LLMPool:
         self._plain_only.add((server.base_url, model))
 
     async def complete(
-        self, server: LLMServer, *, timeout_s: float, **request: Any
+        self, server: LLMServer, *, timeout_s: float, **request: object
     ) -> ChatCompletion:
         """One chat completion, under the cap and the rate limits, with the client's retries.
 

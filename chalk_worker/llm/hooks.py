@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
 
 
 def _ignored(*_: object) -> None:
@@ -21,7 +24,7 @@ def _ignored(*_: object) -> None:
 class LLMHooks:
     """The LLM client's hooks; each one a no-op until replaced."""
 
-    llm_request: Callable[[Any], None] = _ignored
+    llm_request: Callable[[httpx.Request], None] = _ignored
     """Before each HTTP request (an ``httpx.Request``)."""
     llm_response: Callable[[int], None] = _ignored
     """After each HTTP response: its status code."""

@@ -21,7 +21,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from chalk_client.cluster import keys
 from chalk_client.settings import ChalkSettings
@@ -87,7 +87,7 @@ class MemoryVerdictCache:
             self._entries.clear()
 
 
-def _parse(raw: Any) -> CachedVerdict | None:
+def _parse(raw: bytes | str) -> CachedVerdict | None:
     try:
         data = json.loads(raw)
         met, reason = data["met"], data["reason"]

@@ -14,9 +14,9 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings
@@ -44,7 +44,7 @@ ASK_AGAIN = "That reply was not a verdict. Answer again, exactly as asked. "
 MAX_REASON = 2000
 """Characters of a reason kept in the metadata."""
 
-VERDICT_SCHEMA: dict[str, Any] = {
+VERDICT_SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {
         "reason": {"type": "string"},
@@ -53,7 +53,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "required": ["reason", "verdict"],
     "additionalProperties": False,
 }
-RESPONSE_FORMAT: dict[str, Any] = {
+RESPONSE_FORMAT: dict[str, object] = {
     "type": "json_schema",
     "json_schema": {"name": "verdict", "strict": True, "schema": VERDICT_SCHEMA},
 }
@@ -120,8 +120,10 @@ def build_messages(criterion: str, context: str, *, structured: bool) -> list[di
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _content(reply: Any) -> str | None:
-    try:
+def _content(reply: ChatCompletion | None) -> str | None:
+    if reply is None:
+        return None
+    try:  # a server's reply may lack what its type promises
         message = reply.choices[0].message
     except (AttributeError, IndexError, KeyError, TypeError):
         return None
@@ -132,7 +134,7 @@ def _content(reply: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def _tokens(reply: Any) -> tuple[int, int]:
+def _tokens(reply: ChatCompletion | None) -> tuple[int, int]:
     usage = getattr(reply, "usage", None)
     prompt = getattr(usage, "prompt_tokens", 0)
     completion = getattr(usage, "completion_tokens", 0)
@@ -174,7 +176,7 @@ async def ask_verdict(
     last = ""
     while attempts < settings.rubric_verdict_attempts:
         messages = build_messages(criterion, context, structured=structured) + follow_up
-        request: dict[str, Any] = {"model": model, "messages": messages}
+        request: dict[str, object] = {"model": model, "messages": messages}
         if structured:
             request["response_format"] = RESPONSE_FORMAT
         if settings.rubric_temperature is not None:
@@ -182,7 +184,9 @@ async def ask_verdict(
         timeout_s = min(server.timeout_s, max(deadline - time.monotonic(), 0.01))
         requests += 1
         try:
-            reply: Any = await pool.complete(server, timeout_s=timeout_s, **request)
+            reply: ChatCompletion | None = await pool.complete(
+                server, timeout_s=timeout_s, **request
+            )
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
             if structured:  # most likely no structured output here: ask for plain text
                 structured, fell_back, follow_up = False, True, []

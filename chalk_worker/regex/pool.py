@@ -41,12 +41,21 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Pipe
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
-from chalk_worker.regex.search import NOT_BEGUN, PROGRESS_BYTES, READY, SCRIPT, RegexRequest
+from chalk_worker.regex.search import (
+    NOT_BEGUN,
+    PROGRESS_BYTES,
+    READY,
+    SCRIPT,
+    RegexRequest,
+    SearchReply,
+)
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop, Future
+
+_T = TypeVar("_T")
 
 START_TIMEOUT_S = 30.0
 """How long a new helper may take to start before it counts as dead."""
@@ -71,7 +80,7 @@ class RegexOutcome:
     """Why the search could not be made (a helper that died twice, a closed pool)."""
 
 
-def _settle(future: Future[Any], value: Any) -> None:
+def _settle(future: Future[_T], value: _T) -> None:
     if not future.done():
         future.set_result(value)
 
@@ -115,7 +124,7 @@ class _Helper:
 
     async def ask(
         self, loop: AbstractEventLoop, patterns: RegexRequest, text: str, timeout_s: float
-    ) -> Any:
+    ) -> SearchReply:
         """The helper's reply to one search; ``TimeoutError`` past ``timeout_s``.
 
         Raises ``EOFError`` or ``OSError`` when the helper is gone.
@@ -134,7 +143,8 @@ class _Helper:
         finally:
             loop.remove_reader(fd)
             timer.cancel()
-        return self.channel.recv()
+        reply: SearchReply = self.channel.recv()  # from the helper, which sends nothing else
+        return reply
 
     def current_pattern(self) -> int | None:
         """The index of the pattern the helper began last in this search, if any.

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import Any
+from typing import Literal
 
 ORPHAN_CHECK_S = 1.0
 """During a search, how often a helper checks that the worker that started it still runs."""
@@ -35,9 +35,11 @@ SCRIPT = os.path.abspath(__file__)
 
 RegexRequest = Sequence[tuple[str, int]]
 """Patterns to search for, each as its pattern string and ``re`` flags."""
+SearchReply = tuple[Literal["done"], list[int]] | tuple[Literal["error"], int, str]
+"""A helper's answer: ``("done", unmatched indexes)``, or ``("error", index, why)``."""
 
 
-def _search_all(patterns: RegexRequest, text: str, progress: mmap.mmap) -> tuple[Any, ...]:
+def _search_all(patterns: RegexRequest, text: str, progress: mmap.mmap) -> SearchReply:
     unmatched: list[int] = []
     for index, (pattern, flags) in enumerate(patterns):
         progress[:PROGRESS_BYTES] = index.to_bytes(PROGRESS_BYTES, "little")

@@ -5,7 +5,7 @@ score`` with regex judges) does not load the sandbox's machinery.
 """
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox.collect import unpack_submission
@@ -28,7 +28,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """The sandbox's public names, imported from their module when first asked for."""
     module = _HOME.get(name)
     if module is None:

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from chalk_worker.sandbox.wire import ViewEntry, ViewKind
+
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """System folders shown read-only (or as the symlinks they are)."""
 
@@ -159,15 +161,6 @@ def _covered(path: Path, binds: Iterable[Path]) -> bool:
     return any(path == bind or bind in path.parents for bind in binds)
 
 
-ViewEntry = tuple[str, str, str]
-"""One step of building a sandbox's root: ``(kind, path, detail)``.
-
-Kinds: ``symlink`` (``detail`` is the link's text), ``dir`` (a folder, mode 0755),
-``ro`` / ``rw`` (the host's ``path`` bound read-only / writable), ``proc``, ``dev``,
-``tmpfs`` (``detail`` is its size in bytes).
-"""
-
-
 def view_entries(
     *,
     readonly: Sequence[Path],
@@ -195,7 +188,8 @@ def view_entries(
     bound: list[Path] = list(system)
     created: set[Path] = {Path("/"), Path("/tmp")}
     hidden: Path | None = None
-    binds = [(Path(p), "ro") for p in readonly] + [(Path(p), "rw") for p in writable]
+    binds: list[tuple[Path, ViewKind]] = [(Path(p), "ro") for p in readonly]
+    binds += [(Path(p), "rw") for p in writable]
     # Parents first, so a writable folder inside a read-only one is bound on top of it.
     for path, how in sorted(binds, key=lambda item: len(item[0].parts)):
         if _covered(path, system) or not path.exists():

@@ -69,10 +69,11 @@ import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+import types  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 
-def _sibling(name: str, **given: Any) -> Any:
+def _sibling(name: str, **given: object) -> types.ModuleType:
     """A module of this folder, loaded by path and not registered in ``sys.modules``.
 
     Scripts must not see, or import, the server's own code. ``given``: the
@@ -202,9 +203,9 @@ def _harden() -> None:
 def serve(fd: int) -> None:
     """Serve runs on the socket ``fd`` until the worker closes it."""
     sock = socket.socket(fileno=fd)
-    config = json.loads(sock.recv(1 << 20))
+    config: wire.ServerSetup = json.loads(sock.recv(1 << 20))
     _harden()
-    plan = runroot.plan_root(config["view"])
+    plan = runroot.plan_root(wire.parse_view(config["view"]))
     note = _preload(config["preload"]) if config["warm"] else ""
     warm = None
     if config["warm"]:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
+from typing import Literal
 
 from chalk_worker.sandbox.syscalls import clear_user_keyring
 
@@ -58,6 +59,11 @@ class ProcessLimits:
         return soft, soft + 1
 
 
+StartedHow = Literal["warm", "forked", "direct"]
+"""How a run started: forked from a warm interpreter, executed from a fork server, or
+directly (its own bubblewrap, or none)."""
+
+
 @dataclass(frozen=True)
 class ProcessOutcome:
     """What happened to one run.
@@ -77,7 +83,7 @@ class ProcessOutcome:
     memory_exceeded: bool = False
     leftovers_killed: int = 0
     maybe_signal: bool = False
-    started: str = "direct"
+    started: StartedHow = "direct"
     """How the run started: ``warm`` (forked interpreter), ``forked`` (executed from a
     fork server) or ``direct`` (its own bubblewrap, or none)."""
     output: bytes = b""

@@ -16,16 +16,28 @@ Standard library only: the fork server loads this file by path.
 import importlib.util
 import os
 import stat
-from typing import Any
+from typing import Literal, TypedDict
 
 MAX_ARGUMENT_BYTES = 128 * 1024
 """Longest single argument ``execve`` takes (``MAX_ARG_STRLEN``); longer ones run cold."""
+
+CommandKind = Literal["code", "module", "script"]
+"""How the program is given: ``-c CODE``, ``-m MODULE`` or a script's path."""
+COMMAND_KINDS: tuple[CommandKind, ...] = ("code", "module", "script")
+
+
+class CommandData(TypedDict):
+    """A ``PythonCommand`` as JSON (in a run request)."""
+
+    kind: CommandKind
+    target: str
+    args: list[str]
 
 
 class PythonCommand:
     """A ``{python}`` command the warm path can run: ``-c``, ``-m`` or a script, and its args."""
 
-    def __init__(self, kind: str, target: str, args: list[str]) -> None:
+    def __init__(self, kind: CommandKind, target: str, args: list[str]) -> None:
         self.kind = kind
         """``code``, ``module`` or ``script``."""
         self.target = target
@@ -33,14 +45,20 @@ class PythonCommand:
         self.args = args
         """The arguments after it (``sys.argv[1:]``)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CommandData:
         """The command as JSON-ready data, for the fork server."""
         return {"kind": self.kind, "target": self.target, "args": self.args}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "PythonCommand":
-        """The command from ``to_json``'s data."""
-        return cls(str(data["kind"]), str(data["target"]), [str(a) for a in data["args"]])
+    def from_json(cls, data: CommandData) -> "PythonCommand":
+        """The command from ``to_json``'s data (``ValueError`` for a kind it never gives)."""
+        kind = next((known for known in COMMAND_KINDS if known == data["kind"]), None)
+        if kind is None:
+            raise ValueError(
+                f"unknown kind of Python command {data['kind']!r:.100}: "
+                f"one of {', '.join(COMMAND_KINDS)}"
+            )
+        return cls(kind, str(data["target"]), [str(a) for a in data["args"]])
 
 
 def parse_python_command(argv: list[str]) -> PythonCommand | None:

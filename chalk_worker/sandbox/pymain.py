@@ -54,9 +54,9 @@ class StdioShape:
                 )
             )
 
-    def make(self) -> list[Any]:
+    def make(self) -> list[io.TextIOWrapper]:
         """New ``sys.stdin``, ``stdout`` and ``stderr`` on descriptors 0, 1 and 2."""
-        made: list[Any] = []
+        made: list[io.TextIOWrapper] = []
         for fd, name, mode in ((0, "<stdin>", "r"), (1, "<stdout>", "w"), (2, "<stderr>", "w")):
             encoding, errors, line_buffering, write_through = self.streams[fd]
             buffer: Any = open(fd, mode + "b", -1, closefd=False)  # noqa: SIM115
@@ -136,7 +136,7 @@ class Interpreter:
         """Modules every interpreter has before running anything (``-c pass``)."""
         self.stdio = StdioShape()
         self.recursion = RecursionBudget()
-        self.kept: list[Any] = []
+        self.kept: list[object] = []
         self.preloaded = frozenset(
             name.partition(".")[0] for name in sys.modules if name not in startup_modules
         )
@@ -246,7 +246,7 @@ def _exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def _strip_own_frames(exc: BaseException) -> Any:
+def _strip_own_frames(exc: BaseException) -> types.TracebackType | None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code in _OWN_CODE:
         tb = tb.tb_next

@@ -16,19 +16,23 @@ import codecs
 import contextlib
 import os
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from chalk_worker.sandbox import syscalls
+    from chalk_worker.sandbox.wire import RunRequest, ViewEntry
 
 STAGE = "/.chalk-run"
 """Where a run builds its root (a folder of the server's view)."""
 
-Step = tuple[str, str, str]
+Action = Literal["mkdir", "touch", "bind", "symlink", "proc", "tmpfs"]
+"""What one step of making a run's root does (``build_root`` says how)."""
+
+Step = tuple[Action, str, str]
 """One step of making a run's root, decided once per server: ``(action, path, detail)``."""
 
 
-def plan_root(view: list[list[str]]) -> list[Step]:
+def plan_root(view: "list[ViewEntry]") -> list[Step]:
     """The steps that make a run's root from the server's view, paths under ``STAGE``.
 
     Every check (is it a folder? bound already with the folder above it?) is made
@@ -118,7 +122,7 @@ def _hide(target: str) -> None:
     syscalls.mount("tmpfs", target, "tmpfs", flags, "mode=0755,size=64k")
 
 
-def finish_root(plan: list[Step], request: dict[str, Any], mount_fds: list[int]) -> None:
+def finish_root(plan: list[Step], request: "RunRequest", mount_fds: list[int]) -> None:
     """Add the job's part to the run's root (its sizes, its paths), then switch to it."""
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
     size = f"mode=1777,size={request['tmp_bytes']}"

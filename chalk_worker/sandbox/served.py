@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.process import CappedBuffer, ProcessLimits, ProcessOutcome, sweep
@@ -31,6 +30,7 @@ from chalk_worker.sandbox.servers import (
     wait_status_code,
 )
 from chalk_worker.sandbox.slots import Slot, processes_of
+from chalk_worker.sandbox.wire import RunRequest
 
 KILLED_RUN_REPORT_S = 10.0
 """How long a server may take to report the end of a run it was told to kill."""
@@ -87,7 +87,7 @@ def run_served(
         ((path, readonly) for path, readonly in spec.mounts if path.exists()),
         key=lambda item: len(item[0].parts),
     )
-    request: dict[str, Any] = {
+    request: RunRequest = {
         "argv": list(argv),
         # bubblewrap's --chdir sets PWD for the cold run; so does this.
         "env": [*spec.env.items(), ("PWD", str(cwd))],

@@ -26,13 +26,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from chalk_worker.sandbox import forkserver, syscalls
-from chalk_worker.sandbox.bwrap import ViewEntry, render_bwrap, view_entries
+from chalk_worker.sandbox.bwrap import render_bwrap, view_entries
 from chalk_worker.sandbox.environment import script_env
 from chalk_worker.sandbox.runroot import STAGE
 from chalk_worker.sandbox.warm import preload_modules, preloaded_files
+from chalk_worker.sandbox.wire import RunRequest, ServerSetup, ViewEntry
 
 log = logging.getLogger(__name__)
 
@@ -115,15 +116,12 @@ class ForkServer:
             daemon=True,
         ).start()
         try:
-            ours.send(
-                _json(
-                    {
-                        "view": [list(entry) for entry in config.run_view],
-                        "preload": config.preload,
-                        "warm": config.warm,
-                    }
-                )
-            )
+            setup: ServerSetup = {
+                "view": [list(entry) for entry in config.run_view],
+                "preload": config.preload,
+                "warm": config.warm,
+            }
+            ours.send(_json(setup))
             ready = self._reply(START_TIMEOUT_S)
         except ForkServerLost:
             self.close()
@@ -137,11 +135,11 @@ class ForkServer:
         """Whether the server process still runs."""
         return self.process.poll() is None
 
-    def _reply(self, timeout_s: float) -> dict[str, Any]:
+    def _reply(self, timeout_s: float) -> dict[str, object]:
         message, _ = self._receive(timeout_s)
         return message
 
-    def _receive(self, timeout_s: float) -> tuple[dict[str, Any], list[int]]:
+    def _receive(self, timeout_s: float) -> tuple[dict[str, object], list[int]]:
         ready, _, _ = select.select([self.sock], [], [], max(timeout_s, 0))
         if not ready:
             raise ForkServerLost(f"the fork server did not answer within {timeout_s:.0f} s")
@@ -155,7 +153,10 @@ class ForkServer:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         if not data:
             raise ForkServerLost("the fork server exited")
-        return json.loads(data), list(fds)
+        message = json.loads(data)
+        if not isinstance(message, dict):
+            raise ForkServerLost(f"the fork server sent {message!r:.200}, not a JSON object")
+        return message, list(fds)
 
     def _take_spare(self) -> socket.socket:
         """The socket of the server's spare process, which the next run is sent to."""
@@ -169,7 +170,7 @@ class ForkServer:
         spare, self._spare = self._spare, None
         return spare
 
-    def start_run(self, request: dict[str, Any], fds: Sequence[int]) -> None:
+    def start_run(self, request: RunRequest, fds: Sequence[int]) -> None:
         """Send one run, straight to the server's spare process: the request and its descriptors.
 
         The descriptors are the stdout and stderr pipes' write ends, the cgroup
@@ -215,7 +216,7 @@ class ForkServer:
             self.process.wait()
 
 
-def _json(value: Any) -> bytes:
+def _json(value: object) -> bytes:
     return json.dumps(value).encode()
 
 
@@ -264,7 +265,7 @@ def file_signature(paths: Sequence[str]) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _relay_log(stream: Any) -> None:
+def _relay_log(stream: IO[bytes]) -> None:
     with stream:
         for line in stream:
             text = line.decode(errors="replace").rstrip()

@@ -203,7 +203,7 @@ def _become_program(
 ) -> NoReturn:
     """The run's process: the job's set-up, then the command (exec or warm). Never returns."""
     try:
-        request = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
+        request: wire.RunRequest = json.loads(os.pread(fds[0], os.fstat(fds[0]).st_size, 0))
         count = request["cgroups"]
         stdout, stderr = fds[1], fds[2]
         first = 4 if request.get("stdin") else 3  # the cgroup files follow stdin, if sent
@@ -229,7 +229,7 @@ def _become_program(
         # slot's user cannot trace it (a cold run's command gets its own at exec).
         os.setresuid(uid, uid, uid)
         syscalls.clear_user_keyring()
-        argv: list[str] = request["argv"]
+        argv = request["argv"]
         if request["python"] is not None and warm is not None:
             command = pycommand.PythonCommand.from_json(request["python"])
             refusal = _warm_refusal(command, warm, dict(request["env"]))

@@ -234,7 +234,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # 64+ clients connecting at once must not wait on SYN retries
     fake: FakeOpenAI
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that gave up (a timeout test) closes its socket mid-reply
 
 
@@ -249,5 +249,5 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.server.fake.handle(self)
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass

@@ -391,3 +391,11 @@ def test_a_tests_judge_survives_json_and_reads_aliases():
         TestsJudge(tests=[{"stdout": "1"}], tests_file="tasks/x/tests.jsonl")
     with pytest.raises(ValidationError, match=re.escape("without '..'")):
         TestsJudge(source="../main.c", tests=[{"stdout": "1"}])
+
+
+def test_a_content_block_whose_type_is_not_a_string_is_refused_as_invalid():
+    # Such a "type" once escaped validation as a TypeError (unhashable) instead.
+    for kind in (["text"], {"a": 1}, 3):
+        with pytest.raises(ValidationError):
+            Message(role="user", content=[{"type": kind, "text": "a"}])
+    assert Message(role="user", content=[{"type": "note", "x": 1}]).text_parts() == []

@@ -24,7 +24,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from chalk_client.judge_specs import TestsJudge
 from chalk_client.program_tests import Checker, TestCase
@@ -55,6 +55,15 @@ COMPILER_MESSAGES_SHOWN = 8 * 1024
 def wall_cap(time_limit_s: float) -> float:
     """The wall-clock cap of a test: three times its CPU limit, and a second more."""
     return 3 * time_limit_s + 1
+
+
+class Measured(TypedDict):
+    """What one run of the program used (``TestResult``'s fields of the same names)."""
+
+    cpu_s: float | None
+    wall_s: float
+    memory_mb: float | None
+    exit_code: int | None
 
 
 @dataclass(frozen=True)
@@ -217,24 +226,23 @@ class ProgramRunner:
         within its CPU limit (the machine was busy, say) runs once more before it is a TLE."""
         os.ftruncate(self._stdin, 0)
         os.pwrite(self._stdin, case.stdin.encode(), 0)
-        result, outcome, measured = self._attempt(argv)
+        result, outcome, measured, starving = self._attempt(argv)
         retried = False
         if result is None and outcome.timed_out:
-            if measured.pop("starved"):
+            if starving:
                 retried = True
-                result, outcome, measured = self._attempt(argv)
-                measured.pop("starved")
+                result, outcome, measured, _ = self._attempt(argv)
             if result is None and outcome.timed_out:
                 result = self._wall_verdict(measured, retried)
         if result is None:
-            measured.pop("starved", None)
             verdict, detail = self._compare(case, outcome)
             result = TestResult(verdict=verdict, detail=detail, **measured)
         return result.model_copy(update={"retried": True}) if retried else result
 
-    def _attempt(self, argv: list[str]) -> tuple[TestResult | None, ProcessOutcome, dict[str, Any]]:
+    def _attempt(self, argv: list[str]) -> tuple[TestResult | None, ProcessOutcome, Measured, bool]:
         """One run: its verdict when its end decides it (TLE, MLE, RE, OLE), else ``None``
-        (its output decides, or it reached the wall-clock cap); what it used."""
+        (its output decides, or it reached the wall-clock cap); what it used; and, when
+        its end decides nothing, whether it was starved of CPU (``starved``)."""
         judge = self.judge
         self._fresh_run_dir()
         limits = ProcessLimits(
@@ -268,7 +276,7 @@ class ProgramRunner:
             # /tmp, which may still be there as the run starts and gone by its end.
             held = min(before.memory_bytes or 0, after.memory_bytes or 0)
             peak = max(0, after.memory_peak_bytes - held)
-        measured: dict[str, Any] = {
+        measured: Measured = {
             "cpu_s": cpu,
             "wall_s": round(outcome.duration_s, 4),
             "memory_mb": round(peak / MiB, 2) if peak is not None else None,
@@ -276,9 +284,9 @@ class ProgramRunner:
         }
         ending = self._ending_verdict(outcome, cpu)
         if ending is None:
-            measured["starved"] = starved(before, after, outcome.duration_s)
-            return None, outcome, measured
-        return TestResult(verdict=ending[0], detail=ending[1], **measured), outcome, measured
+            return None, outcome, measured, starved(before, after, outcome.duration_s)
+        verdict = TestResult(verdict=ending[0], detail=ending[1], **measured)
+        return verdict, outcome, measured, False
 
     def _ending_verdict(
         self, outcome: ProcessOutcome, cpu: float | None
@@ -307,7 +315,7 @@ class ProgramRunner:
             return Verdict.RUNTIME_ERROR, runtime_error(outcome)
         return None
 
-    def _wall_verdict(self, measured: dict[str, Any], retried: bool) -> TestResult:
+    def _wall_verdict(self, measured: Measured, retried: bool) -> TestResult:
         cap = wall_cap(self.judge.time_limit_s)
         cpu = measured["cpu_s"]
         used = f" having used {cpu:.2f} s of CPU" if isinstance(cpu, float) else ""

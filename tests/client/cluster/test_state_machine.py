@@ -19,13 +19,13 @@ import pytest
 import redis
 from processes import free_port, need, start_redis, stop
 
-from chalk_client import ChalkSettings, Message, ScoringJob, Submission, Transcript
+from chalk_client import ChalkSettings, JobStatus, Message, ScoringJob, Submission, Transcript
 from chalk_client.cluster import keys
+from chalk_client.cluster.finish import queue_finish
 from chalk_client.cluster.leases import (
     Start,
     parse_expired,
     parse_start,
-    queue_finish,
     queue_heartbeat,
     queue_reap,
     queue_requeue,
@@ -33,7 +33,7 @@ from chalk_client.cluster.leases import (
 )
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.purge import queue_purge
-from chalk_client.cluster.script import Pipeline, run_pipeline
+from chalk_client.cluster.script import Pipeline, as_text, run_pipeline
 from chalk_client.cluster.submit import queue_submit, queue_submit_chunk
 from chalk_client.cluster.watch import parse_states, queue_states
 from chalk_client.judges import AlwaysPassJudge
@@ -86,10 +86,7 @@ def submit(
         )
 
     replies = run_pipeline(store, build)
-    reply = replies[-1]
-    if isinstance(reply, Exception):
-        raise reply
-    return reply.decode()
+    return as_text(replies[-1])
 
 
 def start(store: redis.Redis, job_id: str, owner: str, lease_ms: int = 60_000) -> Start:
@@ -104,7 +101,7 @@ def finish(store: redis.Redis, job_id: str, owner: str, status: str = "succeeded
         one(
             store,
             lambda pipe: queue_finish(
-                pipe, job_id, result, owner, status=status, ttl_s=SETTINGS.result_ttl_s
+                pipe, job_id, result, owner, status=JobStatus(status), ttl_s=SETTINGS.result_ttl_s
             ),
         )
     )
@@ -270,7 +267,7 @@ def test_purge_fails_a_waiting_job_but_not_a_running_one(store):
             queue_purge(pipe, job_id, failed, SETTINGS.result_ttl_s)
 
     replies = run_pipeline(store, purge)
-    assert [reply.decode() for reply in replies] == ["purged", "running", "missing"]
+    assert [as_text(reply) for reply in replies] == ["purged", "running", "missing"]
     assert start(store, "waiting", "worker-2").outcome == "done"
     assert done_list(store, "waiter-a") == ["waiting"]
 

@@ -115,9 +115,9 @@ def test_starting_a_job_marks_its_message_delivered(own_redis_url):
 def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
     import asyncio
 
+    from chalk_client.cluster.leases import Start, StartOutcome
     from chalk_worker.cluster.consume import WorkerRuntime
     from chalk_worker.cluster.keeper import Resender
-    from chalk_worker.cluster.leases import Start
 
     runtime = WorkerRuntime(ChalkSettings(), own_redis_url, Resender("chalk"))
     try:
@@ -126,7 +126,7 @@ def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
             b'{"id": "j", "judge": {"type": "regex", "patterns": [{"pattern": "a", '
             b'"flags": 1099511627776}]}}',  # flags too large for re
         ):
-            start = Start("start", attempts=1, record=record)
+            start = Start(StartOutcome.START, attempts=1, record=record)
             result = asyncio.run(runtime._score("j", start, "worker"))
             assert result.status is JobStatus.FAILED, result
             assert "record in Redis" in (result.error or "")

@@ -262,3 +262,16 @@ def test_a_rubric_after_a_failing_judge_is_never_asked(score, monkeypatch):
     result = score(transcript=say("hello"), judge=judge)
     assert result.status is JobStatus.SUCCEEDED
     assert result.scoring.metadata == {"unmatched_patterns": "never said"}
+
+
+def test_every_judge_type_is_a_spec_with_an_evaluator():
+    from typing import get_args
+
+    from chalk_client.judge_specs import JudgeSpec, JudgeType
+    from chalk_worker.judges.base import MODULES, evaluator_of
+
+    specs = get_args(get_args(JudgeSpec)[0])
+    kinds = sorted(get_args(JudgeType))
+    assert sorted(spec.model_fields["type"].default for spec in specs) == kinds
+    assert sorted(MODULES) == kinds
+    assert all(callable(evaluator_of(kind)) for kind in kinds)
