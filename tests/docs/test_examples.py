@@ -65,7 +65,7 @@ VERDICTS = {
     "The report names the root cause of the crash.": True,
     "The report proposes a fix.": True,
     "The report says how the fix was tested.": False,
-    "The answer explains why.": True,
+    "The test log shows every test passing.": True,
 }
 """What the fake LLM says of each criterion the docs' examples grade."""
 
