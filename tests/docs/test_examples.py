@@ -77,8 +77,13 @@ def block_id(block: Block) -> str:
     return f"{block.where}-{block.language}"
 
 
+def options(block: Block) -> frozenset[str]:
+    """The ``run:`` options of ``block`` and of the blocks it continues from."""
+    return frozenset().union(*(b.run_options for b in chain(block, PAGES[block.path])))
+
+
 def marks(block: Block) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.slow] if "slow" in block.run_options else []
+    return [pytest.mark.slow] if "slow" in options(block) else []
 
 
 # --- the environment examples run in ---------------------------------------------------
@@ -123,7 +128,7 @@ def environment(fake_llm: FakeOpenAI, redis_url: str | None) -> dict[str, str]:
 
 
 def cluster_url(block: Block, request: pytest.FixtureRequest) -> str | None:
-    if "cluster" not in block.run_options:
+    if "cluster" not in options(block):
         return None
     request.getfixturevalue("shared_worker")
     url: str = request.getfixturevalue("redis_url")
@@ -203,7 +208,7 @@ def help_text(*argv: str) -> str:
     return done.stdout
 
 
-def options(words: list[str]) -> list[str]:
+def flags(words: list[str]) -> list[str]:
     return [w.split("=", 1)[0] for w in words if w.startswith("-") and w not in ("-", "--")]
 
 
@@ -214,7 +219,7 @@ def check_command(words: list[str]) -> None:
         args = words[1:]
         if args[:1] in (["worker"], ["flower"]):
             known = help_text("-m", "chalk_client.cli", args[0])
-            for option in options(args[1:]):
+            for option in flags(args[1:]):
                 assert option in known, f"chalk {args[0]} has no option {option}"
             return
         try:
@@ -228,10 +233,10 @@ def check_command(words: list[str]) -> None:
         assert (ROOT / module.replace(".", "/")).with_suffix(".py").is_file() or (
             ROOT / module.replace(".", "/") / "__main__.py"
         ).is_file(), f"no module {module} in this project"
-        flags = options(words[3:])
-        if flags:
+        given = flags(words[3:])
+        if given:
             known = help_text("-m", module)
-            for flag in flags:
+            for flag in given:
                 assert flag in known, f"python -m {module} has no option {flag}"
 
 
