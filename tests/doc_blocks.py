@@ -13,9 +13,10 @@ A block is read with the HTML comment on the line before it, its *directive*:
   language (a Python or shell block), which runs first, in the same folder.
 - ``<!-- output -->``: a ``text`` block: what the block before it prints.
 
-``run:`` values combine with commas (``<!-- run: cluster, slow -->``). A line
-``--8<-- "PATH"`` in a block is replaced by that file of the repository, as the
-site's snippets extension does.
+``run:`` values combine with commas (``<!-- run: cluster, slow -->``). Lines
+``--8<--``, ``PATH``, ``--8<--`` in a block are replaced by that file of the
+repository, as the site's snippets extension does (in that form ruff leaves the
+block alone, not being Python).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ LANGUAGES = ("python", "sh", "json", "yaml", "text")
 RUN_OPTIONS = frozenset({"cluster", "slow", "after-install"})
 FENCE = re.compile(r"^(\s*)```(.*)$")
 DIRECTIVE = re.compile(r"^<!--\s*([a-z-]+)(?::\s*(.*?))?\s*-->$")
-SNIPPET = re.compile(r'^--8<-- "(.+)"$', re.M)
+SNIPPET = re.compile(r"^--8<--\n(.+)\n--8<--$", re.M)
 
 
 @dataclass(frozen=True)
