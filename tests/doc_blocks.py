@@ -61,8 +61,9 @@ class Block:
 
 
 def sources() -> list[Path]:
-    """Every Markdown file the docs are made of: README, the pages, BENCHMARKS.md."""
-    return sorted((ROOT / "docs").rglob("*.md"))
+    """Every Markdown file the docs are made of: the pages, and BENCHMARKS.md they include."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    return [*pages, ROOT / "BENCHMARKS.md"]
 
 
 def read_blocks(path: Path) -> list[Block]:

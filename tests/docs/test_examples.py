@@ -6,10 +6,10 @@ The blocks are those of ``README.md``, of every page under ``docs/`` and of
 - ``python``: run in a fresh interpreter, in a scratch folder, by ``run_python.py``:
   a line ``print(...)  # -> TEXT`` must print ``TEXT``.
 - ``sh``: run by ``bash -euo pipefail`` in a scratch folder that links ``tasks/``,
-  ``docs/``, ``bench/`` and ``.venv`` of this checkout, the venv's ``bin`` first
-  on ``PATH``. Every ``chalk`` command, and every ``python -m`` of this project's
-  modules, is also checked against its own argument parser, in blocks that do not
-  run too.
+  ``docs/``, ``bench/``, ``scripts/``, ``mkdocs.yml``, ``BENCHMARKS.md`` and
+  ``.venv`` of this checkout, the venv's ``bin`` first on ``PATH``. Every
+  ``chalk`` command, and every ``python -m`` of this project's modules, is also
+  checked against its own argument parser, in blocks that do not run too.
 - ``json``: parsed, and validated by the model of what it is: a judge (it has a
   ``type``), a job (a ``transcript``), a result (a ``job_id``), or a verdict's
   metadata (text values).
@@ -59,7 +59,7 @@ from chalk_worker.testing.fake_openai import FakeOpenAI, Seen
 RUNNER = Path(__file__).with_name("run_python.py")
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
 PROJECT_MODULES = ("chalk_client", "chalk_worker", "tasks", "bench")
-LINKED = ("tasks", "docs", "bench")
+LINKED = ("tasks", "docs", "bench", "scripts", "mkdocs.yml", "BENCHMARKS.md")
 
 VERDICTS = {
     "The report names the root cause of the crash.": True,
@@ -107,7 +107,7 @@ def fake_llm() -> Iterator[tuple[FakeOpenAI, list[str]]]:
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
-    """An empty folder with this checkout's tasks, docs, bench and venv linked in."""
+    """A folder with this checkout's ``LINKED`` files and its venv linked in."""
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
