@@ -9,8 +9,9 @@ A block is read with the HTML comment on the line before it, its *directive*:
 - ``<!-- run: slow -->``: run only with ``--slow`` (or ``CI=true``).
 - ``<!-- run: after-install -->``: each line starts with the install that made
   this environment; the rest of the line runs.
-- ``<!-- continues -->``: a block that goes on from the page's previous block of its
-  language (a Python or shell block), which runs first, in the same folder.
+- ``<!-- continues -->`` (or the ``run:`` option ``continues``): a block that goes
+  on from the page's previous block of its language (a Python or shell block),
+  which runs first, in the same folder.
 - ``<!-- output -->``: a ``text`` block: what the block before it prints.
 
 ``run:`` values combine with commas (``<!-- run: cluster, slow -->``). Lines
@@ -27,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGES = ("python", "sh", "json", "yaml", "text")
-RUN_OPTIONS = frozenset({"cluster", "slow", "after-install"})
+RUN_OPTIONS = frozenset({"cluster", "slow", "after-install", "continues"})
 FENCE = re.compile(r"^(\s*)```(.*)$")
 DIRECTIVE = re.compile(r"^<!--\s*([a-z-]+)(?::\s*(.*?))?\s*-->$")
 SNIPPET = re.compile(r"^--8<--\n(.+)\n--8<--$", re.M)
@@ -55,15 +56,17 @@ class Block:
 
     @property
     def run_options(self) -> frozenset[str]:
+        if self.directive == "continues":
+            return frozenset({"continues"})
         if self.directive != "run":
             return frozenset()
         return frozenset(part.strip() for part in self.argument.split(","))
 
 
 def sources() -> list[Path]:
-    """Every Markdown file the docs are made of: the pages, and BENCHMARKS.md they include."""
+    """Every Markdown file of the docs: README, the pages, and BENCHMARKS.md they include."""
     pages = sorted((ROOT / "docs").rglob("*.md"))
-    return [*pages, ROOT / "BENCHMARKS.md"]
+    return [ROOT / "README.md", *pages, ROOT / "BENCHMARKS.md"]
 
 
 def read_blocks(path: Path) -> list[Block]:
@@ -123,7 +126,7 @@ def problems(block: Block, page: list[Block]) -> list[str]:
         found.append("not-run needs its reason, in a few words")
     if block.directive == "run" and not block.run_options <= RUN_OPTIONS:
         found.append(f"run: takes {', '.join(sorted(RUN_OPTIONS))}, not {block.argument!r}")
-    if block.directive == "continues" and not chain(block, page)[:-1]:
+    if "continues" in block.run_options and not chain(block, page)[:-1]:
         found.append("continues follows a Python or shell block of the same page")
     if block.directive == "output":
         before = page[block.index - 1] if block.index else None
@@ -150,7 +153,7 @@ def chain(block: Block, page: list[Block]) -> list[Block]:
     blocks = [block]
     if block.language not in ("python", "sh"):
         return blocks
-    while blocks[0].directive == "continues":
+    while "continues" in blocks[0].run_options:
         earlier = [b for b in page[: blocks[0].index] if b.language == block.language]
         if not earlier:
             break
