@@ -62,9 +62,9 @@ PROJECT_MODULES = ("chalk_client", "chalk_worker", "tasks", "bench")
 LINKED = ("tasks", "docs", "bench", "scripts", "mkdocs.yml", "BENCHMARKS.md")
 
 VERDICTS = {
-    "The report names the root cause of the crash.": True,
-    "The report proposes a fix.": True,
-    "The report says how the fix was tested.": False,
+    "The report identifies what caused the outage.": True,
+    "The report suggests a remedy.": True,
+    "The report explains how the remedy was verified.": False,
     "The test log shows every test passing.": True,
 }
 """What the fake LLM says of each criterion the docs' examples grade."""
