@@ -107,8 +107,11 @@ def read_blocks(path: Path) -> list[Block]:
 
 
 def include(code: str) -> str:
-    """``code`` with each snippet line replaced by the file it names."""
-    return SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text().rstrip("\n"), code)
+    """``code`` with each snippet replaced by the file it names."""
+    included = SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text().rstrip("\n"), code)
+    if re.search(r"^-+ *8 *<", included, flags=re.M):
+        raise ValueError(f"a snippet line that is not --8<-- on a line of its own: {code!r}")
+    return included
 
 
 def all_blocks() -> list[Block]:
