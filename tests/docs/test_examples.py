@@ -401,3 +401,32 @@ def test_a_command_chalk_does_not_take_is_caught() -> None:
     with pytest.raises(AssertionError, match="no module"):
         check_command(["python", "-m", "bench.no_such_benchmark"])
     check_command(["chalk", "worker", "--concurrency", "128", "-n", "second@%h"])
+
+
+def test_a_claim_the_example_does_not_keep_fails(tmp_path: Path) -> None:
+    example = tmp_path / "example.py"
+    example.write_text("print(6 * 7)  # -> 42\nprint('x', 1)  # -> x ...\nprint(1)  # -> 2\n")
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(example)], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "docs claim: line 3 printed '1', the docs say '2'"
+    example.write_text("if False:\n    print(1)  # -> 1\n")
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(example)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr.strip()) == (1, "docs claim: line 2 never printed")
+
+
+def test_a_block_marked_wrongly_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not-run: -->\n```sh\nls\n```\n\n<!-- run: everywhere -->\n```python\npass\n```\n"
+        "\n<!-- output -->\n```json\n{}\n```\n\n```console\n$ ls\n```\n"
+    )
+    blocks = read_blocks(page)
+    found = [problems(block, blocks) for block in blocks]
+    assert found[0] == ["not-run needs its reason, in a few words"]
+    assert "run: takes" in found[1][0]
+    assert "an output block is a text block" in found[2]
+    assert "the fence names 'console'" in found[3][0]
