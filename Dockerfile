@@ -6,7 +6,7 @@
 FROM python:3.11-slim-bookworm
 
 # bubblewrap gives scoring scripts their namespaces; setpriv (util-linux) drops them
-# to the per-slot users. Both are sandbox layers; see README "Security model".
+# to the per-slot users. Both are sandbox layers; see docs/security.md.
 # The tests judge's toolchains: C, C++, Java, Go, Rust, JavaScript (Python and bash are
 # there already). A worker without one refuses that language's jobs, saying so.
 RUN apt-get update \

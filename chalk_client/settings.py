@@ -106,7 +106,8 @@ class StoreSettings(BaseSettings):
     """Grace before the reconciler sends again a job that is neither finished, running,
     taken by a live worker nor waiting in the queue (its message was lost)."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
-    """Redis broker: when an unacknowledged message is delivered again (longer than any job)."""
+    """Redis broker: when a message left in kombu's own ``unacked`` hash (other queues,
+    workers of older versions) is delivered again; Chalk's workers hold theirs by lease."""
     redis_wait_replicas: int = Field(default=0, ge=0)
     """Replicas that must have a submit, and a result, before either counts as done
     (Redis ``WAIT``); 0 waits for none. See ``chalk_client.cluster.replicas``."""
@@ -266,7 +267,7 @@ class RunSettings(BaseSettings):
     work_dir: str | None = None
     """Where job folders are made; default: the system's temporary folder."""
     embedded_concurrency: int = Field(default=0, ge=0)
-    """Jobs scored at once by ``chalk score`` without a cluster; 0 means automatic."""
+    """Jobs scored at once without a cluster (``chalk score``, ``score_jobs``); 0 means 32."""
     regex_timeout_s: float = Field(default=10.0, gt=0)
     """Seconds one regex judge's searches may take in all; past it, a 0 with an error."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -1,13 +1,13 @@
-"""The README's verl configuration, as verl's own trainer reads it and its reward loop runs it.
+"""The verl page's configuration, as verl's own trainer reads it and its reward loop runs it.
 
-The YAML file and the command line are taken from the README's verl section as
-written there; ``bench.verl_loop`` composes them with verl's own trainer config
-(``ppo_trainer``, by Hydra, as ``verl.trainer.main_ppo`` does), asks verl's
-loader which function it returns, and scores a small batch through verl's
-``RewardLoopManager`` on a local Ray (in a process of its own). So the README
-cannot drift from verl again. Needs verl installed without its GPU stack (as
-``.ci/run`` does): ``pip install --no-deps "verl==0.9.1" && pip install -r
-tests/integrations/verl-requirements.txt``.
+The YAML file and the command line are taken from the docs' verl page
+(``docs/integrations/verl.md``) as written there; ``bench.verl_loop`` composes
+them with verl's own trainer config (``ppo_trainer``, by Hydra, as
+``verl.trainer.main_ppo`` does), asks verl's loader which function it returns,
+and scores a small batch through verl's ``RewardLoopManager`` on a local Ray (in
+a process of its own). So the docs cannot drift from verl again. Needs verl
+installed without its GPU stack (as ``.ci/run`` does): ``pip install --no-deps
+"verl==0.9.1" && pip install -r tests/integrations/verl-requirements.txt``.
 """
 
 from __future__ import annotations
@@ -41,16 +41,20 @@ ROWS = [
     {"response": "```python\ndef add(a, b):\n    return abs(a) + b\n```", "ground_truth": TESTS},
     {"response": "I cannot write that.", "ground_truth": TESTS},
 ]
-"""Right, wrong, half right, no code: the README's judge runs the row's tests."""
+"""Right, wrong, half right, no code: the page's judge runs the row's tests."""
 EXPECTED = [1.0, 0.0, 0.5, 0.0]
 
 pytestmark = pytest.mark.slow
 
 
+VERL_PAGE = ROOT / "docs" / "integrations" / "verl.md"
+
+
 def verl_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"^### verl\n(.*?)^#{2,3} ", readme, flags=re.S | re.M)
-    assert match, "the README has no '### verl' section"
+    """The page's part on verl 0.7 and later: up to its section on older verl."""
+    page = VERL_PAGE.read_text()
+    match = re.search(r"^## verl 0\.7 and later\n(.*?)^## verl 0\.6 and older", page, re.S | re.M)
+    assert match, f"{VERL_PAGE.name} has no '## verl 0.7 and later' section before '## verl 0.6'"
     return match.group(1)
 
 
@@ -58,21 +62,21 @@ def code_blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
 
 
-def readme_yaml() -> str:
-    """The README's config file for verl 0.7 and later: the first YAML block naming verl's."""
+def page_yaml() -> str:
+    """The page's config file for verl 0.7 and later: the first YAML block naming verl's."""
     blocks = [b for b in code_blocks(verl_section(), "yaml") if "ppo_trainer" in b]
-    assert blocks, "the README's verl section has no YAML config extending ppo_trainer"
+    assert blocks, "the verl page has no YAML config extending ppo_trainer"
     return blocks[0]
 
 
-def readme_overrides() -> list[str]:
-    """The overrides of the README's ``main_ppo`` command line, as the shell would pass them."""
+def page_overrides() -> list[str]:
+    """The overrides of the page's ``main_ppo`` command line, as the shell would pass them."""
     for block in code_blocks(verl_section(), "sh"):
         words = shlex.split(block.replace("\\\n", " "), comments=True)
         if "verl.trainer.main_ppo" in words:
             after = words[words.index("verl.trainer.main_ppo") + 1 :]
             return [word for word in after if "=" in word and not word.startswith("-")]
-    raise AssertionError("the README's verl section has no 'python3 -m verl.trainer.main_ppo'")
+    raise AssertionError("the verl page has no 'python3 -m verl.trainer.main_ppo'")
 
 
 def run_verl(
@@ -97,28 +101,28 @@ def verl_installed() -> None:
             need(f"{module} (pip install -r tests/integrations/verl-requirements.txt)")
 
 
-def test_verl_s_reward_loop_scores_with_the_readme_s_yaml(tmp_path: Path) -> None:
+def test_verl_s_reward_loop_scores_with_the_page_s_yaml(tmp_path: Path) -> None:
     config = tmp_path / "chalk_ppo.yaml"
-    config.write_text(readme_yaml())
+    config.write_text(page_yaml())
     found = run_verl(tmp_path, config=config, rounds=1)
     assert found["function"] == CHALK_FUNCTION
     assert found["manager"] == "NaiveRewardManager"
     assert found["scores"] == EXPECTED
 
 
-def test_the_readme_s_command_line_loads_the_same_function_and_options(tmp_path: Path) -> None:
+def test_the_page_s_command_line_loads_the_same_function_and_options(tmp_path: Path) -> None:
     config = tmp_path / "chalk_ppo.yaml"
-    config.write_text(readme_yaml())
+    config.write_text(page_yaml())
     from_file = run_verl(tmp_path, config=config)
-    from_line = run_verl(tmp_path, *readme_overrides())
+    from_line = run_verl(tmp_path, *page_overrides())
     assert from_line["function"] == CHALK_FUNCTION
     assert from_line["custom_reward_function"] == from_file["custom_reward_function"]
 
 
 def test_verl_ignores_the_top_level_place_older_verl_read(tmp_path: Path) -> None:
-    # The README says so: verl 0.9 reads reward.custom_reward_function only.
+    # The page says so: verl 0.9 reads reward.custom_reward_function only.
     old = tmp_path / "old_place.yaml"
-    text = readme_yaml()
+    text = page_yaml()
     head, body = text.split("\nreward:\n", 1)
     old.write_text(f"{head}\n{textwrap.dedent(body)}")
     assert "\ncustom_reward_function:\n  path: pkg://chalk_client" in old.read_text()

@@ -64,7 +64,7 @@ SUBMITTER = textwrap.dedent(
     client = ChalkClient(url)
     for start in range(0, len(jobs), 100):
         while True:
-            try:  # as the README says: sending again after a QueueError is safe
+            try:  # as the docs say: sending again after a QueueError is safe
                 client.submit_batch(jobs[start : start + 100], batch_id=batch)
                 break
             except QueueError as exc:

@@ -182,7 +182,7 @@ def test_flower_shows_each_job_its_batch_and_failures(ops_redis, start_worker, f
     assert broken["state"] == "FAILURE"
     assert "JobFailedError" in broken["exception"] and "no_such_judge" in broken["exception"]
 
-    # The searches the README gives operators: a batch, the failures.
+    # The searches the docs give operators: a batch, the failures.
     everything = get_json(f"{base}/api/tasks")
     assert len(everything) > len(tasks) == len(jobs)  # the warm-up jobs are in no batch
     failures = get_json(f"{base}/api/tasks?state=FAILURE")
@@ -212,7 +212,7 @@ def test_flower_shows_each_job_its_batch_and_failures(ops_redis, start_worker, f
     assert get(f"{locked_base}/api/tasks")[0] == 401
     assert get(f"{locked_base}/tasks", auth="admin:s3cret")[0] == 200
     # Flower serves /metrics to anyone (as Prometheus scrapes it): why docker-compose.yml
-    # publishes port 5555 on the host's loopback only (README "Operating Chalk Queue").
+    # publishes port 5555 on the host's loopback only (docs/operating/flower.md).
     assert get(f"{locked_base}/metrics")[0] == 200
 
     assert get(f"{base}/tasks")[0] == 200

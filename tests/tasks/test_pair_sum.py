@@ -1,4 +1,4 @@
-"""``tasks/pair_sum``: the README's tests-judge example, scored as a new user would score it."""
+"""``tasks/pair_sum``: the tests judge's example in the docs, scored as a new user would."""
 
 from __future__ import annotations
 
