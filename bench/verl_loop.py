@@ -7,7 +7,7 @@ trainer's ``RewardLoopManager`` makes its reward workers (Ray actors), each
 loading the custom reward function and the reward manager the config names;
 ``compute_rm_score`` scores a batch of decoded responses (a ``DataProto`` of
 token ids, as the rollout leaves it). Nothing here is Chalk's: the docs'
-verl test (``tests/integrations/test_verl_trainer.py``) and ``bench.verl_reward``
+verl test (``tests/client/integrations/test_verl_trainer.py``) and ``bench.verl_reward``
 use it to see what verl itself makes of a configuration.
 
 Needs verl and what its config and reward modules import, not its GPU stack::

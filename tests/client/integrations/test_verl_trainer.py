@@ -7,7 +7,7 @@ them with verl's own trainer config (``ppo_trainer``, by Hydra, as
 and scores a small batch through verl's ``RewardLoopManager`` on a local Ray (in
 a process of its own). So the docs cannot drift from verl again. Needs verl
 installed without its GPU stack (as ``.ci/run`` does): ``pip install --no-deps
-"verl==0.9.1" && pip install -r tests/integrations/verl-requirements.txt``.
+"verl==0.9.1" && pip install -r tests/client/integrations/verl-requirements.txt``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from processes import need
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHALK_FUNCTION = "chalk_client.integrations.verl:compute_score_async"
 
 TESTS = """\
@@ -98,7 +98,7 @@ def run_verl(
 def verl_installed() -> None:
     for module in ("verl", "hydra", "ray", "torch", "tensordict", "transformers"):
         if importlib.util.find_spec(module) is None:
-            need(f"{module} (pip install -r tests/integrations/verl-requirements.txt)")
+            need(f"{module} (pip install -r tests/client/integrations/verl-requirements.txt)")
 
 
 def test_verl_s_reward_loop_scores_with_the_page_s_yaml(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ from chalk_client.judges import (  # noqa: E402
 )
 from chalk_worker.testing.fake_openai import FakeOpenAI  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def mock_model(*answers: str) -> Any:
