@@ -84,7 +84,7 @@ class WorkerRuntime:
     def __init__(self, settings: ChalkSettings, url: str, resender: Resender) -> None:
         self.settings = settings
         self.url = url
-        client = connect(url)
+        self._client = client = connect(url)
         self.leases = LeaseStore(client, settings)
         self.held_messages = HeldMessages(client, lease_ms=int(settings.lease_s * 1000))
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -99,6 +99,13 @@ class WorkerRuntime:
         """The jobs this process is scoring now."""
         with self._lock:
             return list(self._held)
+
+    def close(self) -> None:
+        """Stop the keeper and close the connections to Redis (a worker's runtime lives as
+        long as its process; this is for code that makes one of its own)."""
+        self.keeper.stopped.set()
+        self.keeper.join(timeout=10)
+        self._client.close()
 
     def note_taken(self, queue: str, seq: int) -> None:
         """A message with push number ``seq`` was taken from ``queue`` (see ``take_watermarks``)."""

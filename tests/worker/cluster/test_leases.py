@@ -131,4 +131,4 @@ def test_a_record_that_cannot_be_read_ends_failed_not_retried(own_redis_url):
             assert result.status is JobStatus.FAILED, result
             assert "record in Redis" in (result.error or "")
     finally:
-        runtime.keeper.stopped.set()
+        runtime.close()

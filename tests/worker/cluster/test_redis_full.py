@@ -111,12 +111,13 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     while held_count(store):  # both messages acknowledged
         assert time.monotonic() < deadline, held_count(store)
         time.sleep(0.05)
+    parked.close()
 
 
 def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
     url, store = full_redis
     settings = ChalkSettings(lease_s=60)
-    leases = LeaseStore(redis.Redis.from_url(url), settings)
+    leases = LeaseStore(store, settings)
     job = ScoringJob(id="j", judge=AlwaysPassJudge())
     store.hset(keys.job("j"), mapping={"job": job.model_dump_json(), "blob": ""})
     store.hset(keys.job("held"), "owner", "another worker")
@@ -140,7 +141,7 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
         assert runtime.retrying("storing held", lambda: leases.finish(result, runtime.owner))
         assert time.monotonic() - started < 5
     finally:
-        runtime.keeper.stopped.set()
+        runtime.close()
     said = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
     assert said and all("is out of memory (maxmemory) while starting job j" in s for s in said)
     assert "raise maxmemory" in said[0]
@@ -150,9 +151,8 @@ def test_refused_scripts_change_nothing_and_are_retried(full_redis, caplog):
 
 def dead_workers_job(url: str, store: redis.Redis, job_id: str, deadline_ms: float) -> None:
     """A job recorded and started by a worker that died: its lease runs out at ``deadline_ms``."""
-    ChalkClient(url, settings=ChalkSettings(queue="parked")).submit(
-        ScoringJob(id=job_id, judge=AlwaysPassJudge())
-    )
+    with ChalkClient(url, settings=ChalkSettings(queue="parked")) as parked:
+        parked.submit(ScoringJob(id=job_id, judge=AlwaysPassJudge()))
     store.delete("parked")
     store.zadd(keys.RUNNING, {job_id: deadline_ms})
     store.hset(keys.job(job_id), "owner", "a dead worker")
@@ -171,7 +171,7 @@ def test_a_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
             time.sleep(0.05)
         time.sleep(0.5)
     finally:
-        runtime.keeper.stopped.set()
+        runtime.close()
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         store.set("anything", "else")  # Redis was full throughout
     assert store.zcard(keys.RUNNING) == 0
@@ -181,8 +181,8 @@ def test_a_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
 def test_leases_are_renewed_while_redis_is_full(full_redis):
     # Otherwise an idle worker would reap a running job once its lease ran out and it
     # would be scored a second time after memory comes back.
-    url, store = full_redis
-    leases = LeaseStore(redis.Redis.from_url(url), ChalkSettings(lease_s=60))
+    _, store = full_redis
+    leases = LeaseStore(store, ChalkSettings(lease_s=60))
     store.hset(
         keys.job("j"),
         mapping={"job": ScoringJob(id="j", judge=AlwaysPassJudge()).model_dump_json(), "blob": ""},
@@ -216,6 +216,6 @@ def test_every_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
             time.sleep(0.05)
         time.sleep(0.3)
     finally:
-        runtime.keeper.stopped.set()
+        runtime.close()
     assert store.zcard(keys.RUNNING) == 0
     assert sorted(job_of(m) for m in store.lrange("parked", 0, -1)) == ["orphan-a", "orphan-b"]
