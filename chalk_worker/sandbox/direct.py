@@ -28,6 +28,7 @@ from chalk_worker.sandbox.process import (
     carrying_token,
     child_setup,
     kill_group,
+    start_error,
     sweep,
     wait_exit,
 )
@@ -96,13 +97,14 @@ def run_direct(
         )
     except (OSError, subprocess.SubprocessError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        error = exc.errno if isinstance(exc, OSError) else None
         return ProcessOutcome(
             returncode=None,
             timed_out=False,
             stdout="",
             stderr="",
             duration_s=time.monotonic() - started,
-            start_error=f"could not start {argv[0]!r}: {reason}",
+            start_error=start_error(argv[0], error, reason),
         )
     finally:
         if cgroups is not None:

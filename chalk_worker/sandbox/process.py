@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import math
 import os
 import resource
@@ -144,6 +145,35 @@ class Capture:
         """What was kept (its first ``shown`` bytes), decoded, with a note of the rest."""
         self._thread.join(wait_s)
         return self.buffer.text(shown)
+
+
+def start_error(program: str, error: int | None, reason: str) -> str:
+    """What a run whose ``program`` could not start says: ``reason``, and for a permission
+    refused, the folder on the program's way that other users cannot enter, if there is one
+    (a Python under a 0700 home: scripts run as an unprivileged user)."""
+    said = f"could not start {program!r}: {reason}"
+    if error != errno.EACCES or not os.path.isabs(program):
+        return said
+    for path in (program, os.path.realpath(program)):
+        folders = []
+        folder = os.path.dirname(path)
+        while True:
+            folders.append(folder)
+            if folder == os.path.dirname(folder):
+                break
+            folder = os.path.dirname(folder)
+        for folder in reversed(folders):
+            try:
+                mode = os.stat(folder).st_mode & 0o777
+            except OSError:
+                break
+            if not mode & 0o001:
+                return (
+                    f"{said}: the folder {folder} on its way is closed to other users "
+                    f"(mode {mode:o}) and scripts run as an unprivileged user; let others "
+                    "enter it (chmod o+x) or install the program where others can"
+                )
+    return said
 
 
 def child_setup(

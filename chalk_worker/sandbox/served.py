@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chalk_worker.sandbox.cgroups import SlotCgroups
-from chalk_worker.sandbox.process import CappedBuffer, ProcessLimits, ProcessOutcome, sweep
+from chalk_worker.sandbox.process import (
+    CappedBuffer,
+    ProcessLimits,
+    ProcessOutcome,
+    start_error,
+    sweep,
+)
 from chalk_worker.sandbox.pycommand import PythonCommand
 from chalk_worker.sandbox.servers import (
     ForkServer,
@@ -145,7 +151,7 @@ def run_served(
             stdout=watch.out.text(limits.output_bytes),
             stderr=watch.err.text(),
             duration_s=time.monotonic() - started,
-            start_error=f"could not start {argv[0]!r}: {os.strerror(errno)}",
+            start_error=start_error(argv[0], errno, os.strerror(errno)),
             started="forked",
         )
     return ProcessOutcome(
