@@ -243,7 +243,7 @@ def connect_sentinel_async(url: str, **kwargs: Unpack[ConnectionOptions]) -> red
     """``connect_sentinel`` for asyncio."""
     parsed = SentinelURL.parse(url)
     manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(), **kwargs
+        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(asynchronous=True), **kwargs
     )
     client: redis.asyncio.Redis = manager.master_for(
         parsed.master_name, redis_class=redis.asyncio.Redis, **parsed.master_kwargs()
@@ -267,7 +267,7 @@ def blocking_pool_async(
     """An asyncio pool of at most ``max_connections`` to the master ``url`` names."""
     parsed = SentinelURL.parse(url)
     manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs()
+        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(asynchronous=True)
     )
     return BlockingSentinelPool(  # type: ignore[no-untyped-call]
         parsed.master_name,

@@ -137,3 +137,17 @@ def test_a_database_redis_lacks_and_refused_credentials_say_what_to_fix() -> Non
     assert isinstance(error, ConfigurationError) and "`databases` setting" in str(error)
     refused = str(store_error(AuthenticationError("invalid password."), url))
     assert "invalid password. Check" in refused and ".." not in refused and ":pw@" not in refused
+
+
+def test_asyncio_clients_talk_to_the_sentinels_with_asyncio_s_retry() -> None:
+    # A synchronous Retry in an asyncio connection never sees its errors (the coroutine
+    # it is handed raises only once awaited) nor disconnects the broken connection.
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    from chalk_client.cluster.sentinel import blocking_pool_async, connect_sentinel_async
+
+    client = connect_sentinel_async(THREE)
+    pool = blocking_pool_async(THREE, max_connections=2, timeout=1)
+    for manager in (client.connection_pool.sentinel_manager, pool.sentinel_manager):  # type: ignore[attr-defined]
+        for sentinel in manager.sentinels:
+            assert isinstance(sentinel.connection_pool.connection_kwargs["retry"], AsyncRetry)
