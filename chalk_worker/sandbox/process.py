@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BufferedReader
+from pathlib import Path
 from typing import Literal
 
 from chalk_worker.sandbox.syscalls import clear_user_keyring
@@ -148,32 +149,40 @@ class Capture:
 
 
 def start_error(program: str, error: int | None, reason: str) -> str:
-    """What a run whose ``program`` could not start says: ``reason``, and for a permission
-    refused, the folder on the program's way that other users cannot enter, if there is one
-    (a Python under a 0700 home: scripts run as an unprivileged user)."""
+    """What a run whose ``program`` could not start says: ``reason`` and, for a permission
+    refused, what of the program's is closed to other users (scripts run as one)."""
     said = f"could not start {program!r}: {reason}"
-    if error != errno.EACCES or not os.path.isabs(program):
-        return said
-    for path in (program, os.path.realpath(program)):
-        folders = []
-        folder = os.path.dirname(path)
-        while True:
-            folders.append(folder)
-            if folder == os.path.dirname(folder):
-                break
-            folder = os.path.dirname(folder)
-        for folder in reversed(folders):
-            try:
-                mode = os.stat(folder).st_mode & 0o777
-            except OSError:
-                break
-            if not mode & 0o001:
-                return (
-                    f"{said}: the folder {folder} on its way is closed to other users "
-                    f"(mode {mode:o}) and scripts run as an unprivileged user; let others "
-                    "enter it (chmod o+x) or install the program where others can"
-                )
-    return said
+    why = _closed_to_others(program) if error == errno.EACCES else None
+    return f"{said}: {why}" if why else said
+
+
+def _closed_to_others(program: str) -> str | None:
+    """The folder on the way to ``program`` (or its link's target) that other users cannot
+    enter, or the program itself if they cannot run it: a Python under a home of mode 0700."""
+    if not os.path.isabs(program):
+        return None
+    real = Path(os.path.realpath(program))
+    for folder in [*reversed(Path(program).parents), *reversed(real.parents)]:
+        try:
+            mode = folder.stat().st_mode & 0o777
+        except OSError:
+            return None
+        if not mode & 0o001:
+            return (
+                f"the folder {folder} on its way is closed to other users (mode {mode:o}) "
+                "and scripts run as an unprivileged user; let others enter it (chmod o+x) "
+                "or install the program where others can"
+            )
+    try:
+        mode = real.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o001:
+        return (
+            f"other users may not run it (mode {mode:o}) and scripts run as an unprivileged "
+            "user; chmod o+rx it"
+        )
+    return None
 
 
 def child_setup(

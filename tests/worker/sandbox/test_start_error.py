@@ -53,11 +53,23 @@ def test_other_failures_say_only_the_reason(tmp_path):
     assert start_error(str(program), errno.ENOENT, "No such file or directory") == (
         f"could not start {str(program)!r}: No such file or directory"
     )
-    # Refused with every folder open: nothing to point at.
+    # Refused with every folder open and the program open to all: nothing to point at.
     open_program = tmp_path / "open.sh"
     open_program.write_text("")
+    open_program.chmod(0o755)
     assert start_error(str(open_program), errno.EACCES, "Permission denied") == (
         f"could not start {str(open_program)!r}: Permission denied"
+    )
+
+
+def test_a_program_only_its_owner_may_run_is_named_as_such(tmp_path):
+    program = tmp_path / "grade.sh"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o744)
+    said = start_error(str(program), errno.EACCES, "Permission denied")
+    assert said.endswith(
+        ": other users may not run it (mode 744) and scripts run as an "
+        "unprivileged user; chmod o+rx it"
     )
     assert start_error("grade.sh", errno.EACCES, "x") == "could not start 'grade.sh': x"
 
