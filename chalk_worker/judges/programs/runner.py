@@ -14,10 +14,18 @@ A test's input is handed to the program as its stdin from a memory file of the
 worker's (the run has no view of it), and its stdout comes back through a
 pipe, up to ``CHALK_PROGRAM_OUTPUT_MB``. CPU time and peak memory are the
 slot's cgroups' counts over the run.
+
+The time limit is CPU time, and the cgroup's count of it (``cpu.stat``, exact)
+decides a ``TLE``. The kernel's ``RLIMIT_CPU`` samples at each tick and can charge
+a process more than it ran (steal time on a shared VM, say), so where the cgroup
+counts, the rlimit is only a backstop above the limit (``cpu_backstop``) that
+stops a program looping for ever; a run it stops under the limit by the exact
+count runs again. Where no cgroup counts, the rlimit is the limit.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -55,6 +63,18 @@ COMPILER_MESSAGES_SHOWN = 8 * 1024
 def wall_cap(time_limit_s: float) -> float:
     """The wall-clock cap of a test: three times its CPU limit, and a second more."""
     return 3 * time_limit_s + 1
+
+
+def cpu_backstop(time_limit_s: float) -> int:
+    """The ``RLIMIT_CPU`` of a test whose CPU time the slot's cgroup counts: its limit and
+    a quarter more, at least half a second more, in whole seconds (rounded up). Room for
+    the kernel's tick-sampled count to run ahead of the exact one; below the wall cap."""
+    return math.ceil(time_limit_s + max(0.5, 0.25 * time_limit_s))
+
+
+def stopped_for_cpu(outcome: ProcessOutcome) -> bool:
+    """Whether ``RLIMIT_CPU``'s signal (``SIGXCPU``) ended the run."""
+    return outcome.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
 
 
 class Measured(TypedDict):
@@ -222,18 +242,20 @@ class ProgramRunner:
     # -- running ---------------------------------------------------------------------
 
     def run_test(self, argv: list[str], case: TestCase) -> TestResult:
-        """Run the program on one test; its verdict. A run still going at the wall-clock cap
-        within its CPU limit (the machine was busy, say) runs once more before it is a TLE."""
+        """Run the program on one test; its verdict. A run held back by the machine runs once
+        more before its end decides: one still going at the wall-clock cap within its CPU
+        limit (the machine was busy, say), or stopped by ``RLIMIT_CPU`` within it (the
+        kernel's sampled count ran ahead of the cgroup's exact one)."""
         os.ftruncate(self._stdin, 0)
         os.pwrite(self._stdin, case.stdin.encode(), 0)
-        result, outcome, measured, starving = self._attempt(argv)
-        retried = False
+        result, outcome, measured, held_back = self._attempt(argv)
+        retried = result is None and held_back
+        if retried:
+            result, outcome, measured, _ = self._attempt(argv)
         if result is None and outcome.timed_out:
-            if starving:
-                retried = True
-                result, outcome, measured, _ = self._attempt(argv)
-            if result is None and outcome.timed_out:
-                result = self._wall_verdict(measured, retried)
+            result = self._wall_verdict(measured, retried)
+        elif result is None and stopped_for_cpu(outcome):
+            result = self._signalled_verdict(outcome, measured)
         if result is None:
             verdict, detail = self._compare(case, outcome)
             result = TestResult(verdict=verdict, detail=detail, **measured)
@@ -241,22 +263,25 @@ class ProgramRunner:
 
     def _attempt(self, argv: list[str]) -> tuple[TestResult | None, ProcessOutcome, Measured, bool]:
         """One run: its verdict when its end decides it (TLE, MLE, RE, OLE), else ``None``
-        (its output decides, or it reached the wall-clock cap); what it used; and, when
-        its end decides nothing, whether it was starved of CPU (``starved``)."""
+        (its output decides, it reached the wall-clock cap, or ``RLIMIT_CPU`` stopped it
+        within its limit); what it used; and, when its end decides nothing, whether the
+        machine held it back: starved of CPU (``starved``) at the wall-clock cap, or
+        stopped by ``RLIMIT_CPU`` within the limit."""
         judge = self.judge
         self._fresh_run_dir()
+        self.session.start_measuring()
+        before = self.session.usage()
         limits = ProcessLimits(
             wall_s=wall_cap(judge.time_limit_s),
             file_size_bytes=self.limits.file_size_mb * MiB,
             memory_bytes=(self.memory_mb + self.spec.memory_overhead_mb) * MiB,
             processes=self.limits.processes,
             output_bytes=self.settings.output_bytes,
-            cpu_s=judge.time_limit_s,
+            # Where the cgroup counts CPU time exactly, it decides; the rlimit is a backstop.
+            cpu_s=judge.time_limit_s if before.cpu_s is None else cpu_backstop(judge.time_limit_s),
             stdout_bytes=self.settings.program_output_mb * MiB,
         )
         env = {**self.env, "HOME": str(self.run_dir)}
-        self.session.start_measuring()
-        before = self.session.usage()
         outcome = self.session.run(
             argv,
             cwd=self.run_dir,
@@ -284,7 +309,10 @@ class ProgramRunner:
         }
         ending = self._ending_verdict(outcome, cpu)
         if ending is None:
-            return None, outcome, measured, starved(before, after, outcome.duration_s)
+            held_back = stopped_for_cpu(outcome) or (
+                outcome.timed_out and starved(before, after, outcome.duration_s)
+            )
+            return None, outcome, measured, held_back
         verdict = TestResult(verdict=ending[0], detail=ending[1], **measured)
         return verdict, outcome, measured, False
 
@@ -298,14 +326,15 @@ class ProgramRunner:
             return Verdict.RUNTIME_ERROR, outcome.start_error
         if outcome.memory_exceeded:
             return Verdict.MEMORY_LIMIT, f"killed at the memory limit ({self.memory_mb} MiB)"
-        code = outcome.returncode
-        used = "" if cpu is None else f" (used {cpu:.2f} s)"
-        if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-            return Verdict.TIME_LIMIT, f"stopped at its CPU time limit of {limit:g} s{used}"
         if cpu is not None and cpu > limit:
             return Verdict.TIME_LIMIT, f"used {cpu:.2f} s of CPU, over the limit of {limit:g} s"
+        if stopped_for_cpu(outcome):
+            if cpu is None:  # no exact count: the rlimit is the limit
+                return Verdict.TIME_LIMIT, f"stopped at its CPU time limit of {limit:g} s"
+            return None  # within the limit by the exact count: the caller runs it again
         if outcome.timed_out:
             return None  # the caller runs it again, then decides
+        code = outcome.returncode
         if outcome.output_exceeded:
             return Verdict.OUTPUT_LIMIT, f"wrote more than {self.settings.program_output_mb} MiB"
         if code != 0:
@@ -326,6 +355,20 @@ class ProgramRunner:
         return TestResult(
             verdict=Verdict.TIME_LIMIT,
             detail=f"still running at the wall-clock cap ({cap:g} s){used}, {why}",
+            **measured,
+        )
+
+    def _signalled_verdict(self, outcome: ProcessOutcome, measured: Measured) -> TestResult:
+        """A run stopped by ``SIGXCPU`` twice within its limit by the exact count: not a TLE
+        (it did not use the time), most likely a program that sent the signal itself."""
+        cpu = measured["cpu_s"]
+        used = f"{cpu:.2f} s" if isinstance(cpu, float) else "less"
+        return TestResult(
+            verdict=Verdict.RUNTIME_ERROR,
+            detail=(
+                f"{runtime_error(outcome)} twice, having used {used} of CPU, within the "
+                f"limit of {self.judge.time_limit_s:g} s"
+            ),
             **measured,
         )
 

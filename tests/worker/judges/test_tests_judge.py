@@ -561,6 +561,16 @@ def test_a_program_that_waits_is_a_time_limit_without_a_second_run() -> None:
     assert test.wall_s is not None and test.wall_s >= 2.5  # the cap: 3 x 0.5 s + 1 s
 
 
+def test_a_program_that_sends_itself_sigxcpu_is_a_runtime_error_not_a_time_limit() -> None:
+    # SIGXCPU within the limit by the cgroup's count: run again, then called what it is.
+    result = score_job(job_of("kill -XCPU $$", "bash", language="bash", tests=SUMS[:1]))
+    assert verdicts(result) == [RE]
+    assert result.scoring is not None and result.scoring.tests is not None
+    test = result.scoring.tests[0]
+    assert test.retried and "SIGXCPU" in (test.detail or ""), test
+    assert test.cpu_s is not None and test.cpu_s < 0.5, test
+
+
 def test_output_past_the_cap_is_stopped_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHALK_PROGRAM_OUTPUT_MB", "4")
     code = "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)"
