@@ -320,12 +320,17 @@ class TestsJudge(_JudgeBase):
     """``tokens``, ``exact``, ``{"float_tolerance": 1e-6}`` or ``{"checker": [...]}``."""
     time_limit_s: float = Field(default=2.0, gt=0, le=600)
     """CPU seconds per test; the wall clock is capped at three times that, plus a second."""
+    wall_limit_s: float | None = Field(default=None, gt=0, le=1800)
+    """Wall-clock seconds per test, if they must be fewer than ``time_limit_s``'s cap; a run
+    past it is a ``TLE`` at once (not run again, however busy the machine)."""
     memory_limit_mb: int = Field(default=256, ge=8, le=65536)
     """Memory per test (the program and all it starts); Java's heap gets it all."""
     scoring: Literal["fraction", "all_or_nothing"] = "fraction"
     """``fraction``: tests accepted / tests; ``all_or_nothing``: 1 when all are, else 0."""
     stop_at_first_failure: bool = False
     """Stop at the first test not accepted; those after it are ``SKIPPED``."""
+    keep_output: bool = False
+    """Keep each test's stdout and stderr in its result (capped by ``CHALK_KEPT_OUTPUT_KB``)."""
 
     @field_validator("language", mode="before")
     @classmethod

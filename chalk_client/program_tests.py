@@ -1,11 +1,14 @@
 """The parts of a ``tests`` judge: test cases, how outputs are compared, the languages.
 
 A test case is an input for the program's stdin and the output expected on its
-stdout. How the two outputs are compared (``Compare``):
+stdout; a case whose expected output is ``null`` only runs the program, and
+accepts any output of a run that ends well (exit status 0, within its limits). How the two outputs are compared (``Compare``):
 
 - ``"tokens"`` (the default): equal when their whitespace-separated tokens are;
 - ``"exact"``: equal byte for byte (the same tokens laid out otherwise is a
   presentation error, ``PE``);
+- ``"lines"``: equal once each line's trailing whitespace and the blank lines
+  around the text are dropped (Judge0's rule);
 - ``{"float_tolerance": 1e-6}``: tokens that both read as numbers may differ by
   that much, absolutely or relatively to the expected one; the others must match;
 - ``{"checker": [COMMAND, ...]}``: a program of the grader's decides, run in the
@@ -63,8 +66,9 @@ class TestCase(BaseModel):
 
     stdin: str = Field(default="", validation_alias=AliasChoices("stdin", "input"))
     """The program's standard input."""
-    stdout: str = Field(validation_alias=AliasChoices("stdout", "output"))
-    """The output expected of it."""
+    stdout: str | None = Field(validation_alias=AliasChoices("stdout", "output"))
+    """The output expected of it; ``None`` (given as such, ``"stdout": null``): any output,
+    if the run ends well. Left out, it is an error: a missing answer is not a free pass."""
 
 
 class FloatTolerance(BaseModel):
@@ -108,13 +112,13 @@ def _compare_kind(value: Any) -> str | None:
 
 
 Compare = Annotated[
-    Annotated[Literal["tokens", "exact"], Tag("name")]
+    Annotated[Literal["tokens", "exact", "lines"], Tag("name")]
     | Annotated[FloatTolerance, Tag("numbers")]
     | Annotated[Checker, Tag("checker")],
     Discriminator(
         _compare_kind,
         custom_error_type="compare",
-        custom_error_message='compare is "tokens", "exact", {"float_tolerance": 1e-6} or '
+        custom_error_message='compare is "tokens", "exact", "lines", {"float_tolerance": 1e-6} or '
         '{"checker": [COMMAND, ...]}',
     ),
 ]

@@ -107,6 +107,10 @@ class TestResult(BaseModel):
     """It reached the wall-clock cap within its CPU limit (a busy machine) and ran again."""
     detail: str | None = None
     """A word on the verdict: the signal, the checker's message, where the outputs differ."""
+    stdout: str | None = None
+    """What the program wrote on stdout, when the judge keeps output (``keep_output``)."""
+    stderr: str | None = None
+    """What it wrote on stderr, likewise."""
 
 
 class CompileResult(BaseModel):

@@ -289,6 +289,9 @@ class ProgramSettings(BaseSettings):
     """Memory of a compile, the compiler and all it starts (MiB)."""
     program_output_mb: int = Field(default=64, ge=1)
     """Output a program may write to stdout in one test; past it, the test is ``OLE``."""
+    kept_output_kb: int = Field(default=1024, ge=1)
+    """Of a test's stdout (and of its stderr), what a judge with ``keep_output`` keeps in
+    the result; the rest is cut off."""
     build_cache_mb: int = Field(default=512, ge=0)
     """Programs built, kept on the worker by their source, compiler and flags, so the same
     program is not compiled twice; 0 keeps none."""

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from chalk_client.cli import ops, report
+from chalk_client.cli import ops, report, serve
 from chalk_client.cli.progress import ProgressBar, ResultSink, Tally
 from chalk_client.cli.selection import Selection, parse_ids
 from chalk_client.errors import ChalkError, ConfigurationError
@@ -133,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("target", nargs="?", help="a job id or batch id (default: the cluster)")
     ops.add_commands(commands)
     report.add_command(commands)
+    serve.add_command(commands)
     return parser
 
 
@@ -274,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_status(args.target)
         if args.command == report.COMMAND:
             return report.run_report(args)
+        if args.command == serve.COMMAND:
+            return serve.run_serve(args)
         if args.command in ops.COMMANDS:
             return ops.run_command(args)
     except ChalkError as exc:

@@ -367,7 +367,7 @@ def test_finite_numbers_and_odd_metadata_still_pass():
     [
         ({"checker": []}, "at least 1 item"),
         ({"float_tolerance": -1}, "greater than or equal to 0"),
-        ("tokenz", "'tokens' or 'exact'"),
+        ("tokenz", "'tokens', 'exact' or 'lines'"),
         ({"checkr": ["x"]}, 'compare is "tokens", "exact"'),
         ({"checker": ["c", "{input}"]}, "places all of {input}, {output} and {expected}"),
     ],

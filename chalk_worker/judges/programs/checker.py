@@ -68,7 +68,7 @@ class TestChecker:
 
     def verdict(self, case: TestCase, output: bytes) -> tuple[Verdict, str | None]:
         """The checker's verdict on ``output`` for ``case`` (and what it said)."""
-        expected = case.stdout.encode()
+        expected = (case.stdout or "").encode()
         if not self.trusted:
             verdict, said = self._ask(case, expected)
             if verdict is not Verdict.ACCEPTED:
@@ -90,7 +90,7 @@ class TestChecker:
                 "{output}": folder / "output.txt",
                 "{expected}": folder / "expected.txt",
             }
-            contents = (case.stdin.encode(), output, case.stdout.encode())
+            contents = (case.stdin.encode(), output, (case.stdout or "").encode())
             try:
                 for path, data in zip(files.values(), contents, strict=True):
                     path.write_bytes(data)

@@ -1,4 +1,5 @@
-"""Comparing a program's output with the expected one: ``tokens``, ``exact``, numbers.
+"""Comparing a program's output with the expected one: ``tokens``, ``exact``, ``lines``,
+numbers.
 
 Each comparison returns a ``Verdict`` (``AC``, ``WA`` or ``PE``) and, when not
 accepted, a short note of where the outputs part. (Checkers, the fourth way,
@@ -54,6 +55,22 @@ def compare_exact(got: bytes, wanted: bytes) -> tuple[Verdict, str | None]:
     return Verdict.WRONG_ANSWER, _first_difference(mine, theirs)
 
 
+def _lines(data: bytes) -> bytes:
+    """The text as Judge0 compares it: each line's trailing whitespace and the text's
+    leading and trailing whitespace dropped."""
+    return b"\n".join(line.rstrip() for line in data.split(b"\n")).strip()
+
+
+def compare_lines(got: bytes, wanted: bytes) -> tuple[Verdict, str | None]:
+    """Accepted when equal but for trailing spaces on lines and blank lines around the text
+    (Judge0's rule); otherwise a wrong answer, however close the tokens."""
+    mine, theirs = _lines(got), _lines(wanted)
+    if mine == theirs:
+        return Verdict.ACCEPTED, None
+    line = _first_line_apart(mine, theirs)
+    return Verdict.WRONG_ANSWER, f"line {line} differs"
+
+
 def _first_line_apart(got: bytes, wanted: bytes) -> int:
     mine, theirs = got.split(b"\n"), wanted.split(b"\n")
     for number, (a, b) in enumerate(zip(mine, theirs, strict=False), start=1):
@@ -99,9 +116,11 @@ def compare_numbers(got: bytes, wanted: bytes, tolerance: float) -> tuple[Verdic
 def compare_outputs(
     got: bytes, wanted: bytes, how: str | FloatTolerance
 ) -> tuple[Verdict, str | None]:
-    """``got`` against ``wanted`` by ``tokens``, ``exact`` or a ``FloatTolerance``."""
+    """``got`` against ``wanted`` by ``tokens``, ``exact``, ``lines`` or a ``FloatTolerance``."""
     if isinstance(how, FloatTolerance):
         return compare_numbers(got, wanted, how.float_tolerance)
     if how == "exact":
         return compare_exact(got, wanted)
+    if how == "lines":
+        return compare_lines(got, wanted)
     return compare_tokens(got, wanted)

@@ -259,7 +259,16 @@ class ProgramRunner:
         if result is None:
             verdict, detail = self._compare(case, outcome)
             result = TestResult(verdict=verdict, detail=detail, **measured)
-        return result.model_copy(update={"retried": True}) if retried else result
+        update: dict[str, object] = {"retried": True} if retried else {}
+        if self.judge.keep_output:
+            kept = self.settings.kept_output_kb * 1024
+            update["stdout"] = outcome.output[:kept].decode("utf-8", errors="replace")
+            update["stderr"] = outcome.stderr.encode()[:kept].decode("utf-8", errors="replace")
+        return result.model_copy(update=update) if update else result
+
+    def _wall_cap(self) -> float:
+        """The test's wall-clock cap: the judge's ``wall_limit_s``, or ``wall_cap``'s."""
+        return self.judge.wall_limit_s or wall_cap(self.judge.time_limit_s)
 
     def _attempt(self, argv: list[str]) -> tuple[TestResult | None, ProcessOutcome, Measured, bool]:
         """One run: its verdict when its end decides it (TLE, MLE, RE, OLE), else ``None``
@@ -272,7 +281,7 @@ class ProgramRunner:
         self.session.start_measuring()
         before = self.session.usage()
         limits = ProcessLimits(
-            wall_s=wall_cap(judge.time_limit_s),
+            wall_s=self._wall_cap(),
             file_size_bytes=self.limits.file_size_mb * MiB,
             memory_bytes=(self.memory_mb + self.spec.memory_overhead_mb) * MiB,
             processes=self.limits.processes,
@@ -309,8 +318,11 @@ class ProgramRunner:
         }
         ending = self._ending_verdict(outcome, cpu)
         if ending is None:
+            # A wall limit the judge set is a limit, however busy the machine.
             held_back = stopped_for_cpu(outcome) or (
-                outcome.timed_out and starved(before, after, outcome.duration_s)
+                outcome.timed_out
+                and judge.wall_limit_s is None
+                and starved(before, after, outcome.duration_s)
             )
             return None, outcome, measured, held_back
         verdict = TestResult(verdict=ending[0], detail=ending[1], **measured)
@@ -345,9 +357,15 @@ class ProgramRunner:
         return None
 
     def _wall_verdict(self, measured: Measured, retried: bool) -> TestResult:
-        cap = wall_cap(self.judge.time_limit_s)
+        cap = self._wall_cap()
         cpu = measured["cpu_s"]
         used = f" having used {cpu:.2f} s of CPU" if isinstance(cpu, float) else ""
+        if self.judge.wall_limit_s is not None:
+            return TestResult(
+                verdict=Verdict.TIME_LIMIT,
+                detail=f"still running at its wall-clock limit ({cap:g} s){used}",
+                **measured,
+            )
         if retried:
             why = "twice: the machine was too busy to give it its CPU time"
         else:
@@ -387,6 +405,8 @@ class ProgramRunner:
                 setting = CheckerSetting(self.settings, self.limits, self.env, self.submission_dir)
                 self.checker = TestChecker(self.session, compare, setting)
             return self.checker.verdict(case, outcome.output)
+        if case.stdout is None:  # nothing expected: a run that ended well is accepted
+            return Verdict.ACCEPTED, None
         return compare_outputs(outcome.output, case.stdout.encode(), compare)
 
     # -- checking --------------------------------------------------------------------

@@ -561,6 +561,40 @@ def test_a_program_that_waits_is_a_time_limit_without_a_second_run() -> None:
     assert test.wall_s is not None and test.wall_s >= 2.5  # the cap: 3 x 0.5 s + 1 s
 
 
+def test_a_wall_limit_the_judge_sets_is_a_time_limit_at_that_time_without_a_second_run() -> None:
+    job = job_of("import time\ntime.sleep(30)", time_limit_s=5, wall_limit_s=0.5, tests=SUMS[:1])
+    result = score_job(job)
+    assert verdicts(result) == [TLE]
+    assert result.scoring is not None and result.scoring.tests is not None
+    test = result.scoring.tests[0]
+    assert not test.retried and "wall-clock limit (0.5 s)" in (test.detail or ""), test
+    assert test.wall_s is not None and test.wall_s < 2.5  # not the 16 s cap of a 5 s limit
+
+
+def test_kept_output_and_tests_with_nothing_expected() -> None:
+    code = "import sys\nprint('out', input())\nsys.stderr.write('err')\nsys.exit(int(input()))"
+    tests = [
+        {"stdin": "a\n0\n", "stdout": None},
+        {"stdin": "b\n2\n", "stdout": None},
+        {"stdin": "c\n0\n", "stdout": "out c"},
+    ]
+    result = score_job(job_of(code, tests=tests, keep_output=True))
+    assert verdicts(result) == [AC, RE, AC]
+    assert result.scoring is not None and result.scoring.tests is not None
+    kept = [(t.stdout, t.stderr, t.exit_code) for t in result.scoring.tests]
+    assert kept == [("out a\n", "err", 0), ("out b\n", "err", 2), ("out c\n", "err", 0)]
+    plain = score_job(job_of(code, tests=tests))
+    assert plain.scoring is not None and plain.scoring.tests is not None
+    assert all(t.stdout is None and t.stderr is None for t in plain.scoring.tests)
+
+
+def test_lines_ignore_trailing_spaces_and_outer_blank_lines_but_not_inner_layout() -> None:
+    tests = [{"stdin": "", "stdout": "\n1 2  \n3\n\n"}]
+    assert verdicts(score_job(job_of("print('1 2\\n3   ')", tests=tests, compare="lines"))) == [AC]
+    assert verdicts(score_job(job_of("print('1  2\\n3')", tests=tests, compare="lines"))) == [WA]
+    assert verdicts(score_job(job_of("print('1 2 3')", tests=tests, compare="lines"))) == [WA]
+
+
 def test_a_program_that_sends_itself_sigxcpu_is_a_runtime_error_not_a_time_limit() -> None:
     # SIGXCPU within the limit by the cgroup's count: run again, then called what it is.
     result = score_job(job_of("kill -XCPU $$", "bash", language="bash", tests=SUMS[:1]))

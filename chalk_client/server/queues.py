@@ -1,0 +1,266 @@
+"""The queue behind the server: the embedded one in this process, or the cluster.
+
+Every route scores through a ``ServerQueue``, whichever it is: one code path,
+two transports, as for ``chalk score``. ``EmbeddedQueue`` runs the worker's
+own runner on this process's scoring loop and keeps the latest results in
+memory (``CHALK_SERVER_KEEP_RESULTS``); ``ClusterQueue`` sends jobs to the
+cluster through an ``AsyncChalkClient`` and keeps nothing, so any number of
+servers may stand behind one Redis and any of them answers for a job another
+one took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chalk_client.async_client import AsyncChalkClient
+from chalk_client.async_handles import AsyncJobHandle
+from chalk_client.errors import QueueError, ResultTimeout
+from chalk_client.jobs import JobResult, JobStatus, ScoringJob
+from chalk_client.server.settings import ServerSettings
+from chalk_client.settings import ChalkSettings
+from chalk_client.waiting import new_waiter
+
+
+def new_batch_id() -> str:
+    """A fresh batch id, in the form the client library gives them."""
+    return "b-" + uuid.uuid4().hex
+
+
+class ServerQueue(Protocol):
+    """What the routes need of a queue; ``EmbeddedQueue`` and ``ClusterQueue`` are two."""
+
+    where: str
+    """``embedded`` or ``cluster``."""
+
+    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+        """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given."""
+
+    async def score(self, job: ScoringJob, timeout: float) -> JobResult:
+        """Queue ``job`` and wait for its result; ``ResultTimeout`` after ``timeout`` s."""
+
+    async def result(self, job_id: str) -> JobResult | None:
+        """The job's result, or ``None`` while it has none."""
+
+    async def status(self, job_id: str) -> JobStatus | None:
+        """Where the job stands; ``None`` for a job this queue does not know."""
+
+    async def batch_jobs(self, batch_id: str) -> list[str] | None:
+        """The batch's job ids in order; ``None`` for a batch this queue does not know."""
+
+    def stream(self, batch_id: str, job_ids: list[str], timeout: float) -> AsyncIterator[JobResult]:
+        """Each result of the batch once, as it finishes; ``ResultTimeout`` after ``timeout``."""
+
+    async def health(self) -> dict[str, Any]:
+        """Whether the queue can take work, for ``GET /health``."""
+
+    async def close(self) -> None:
+        """Let go of connections (and, embedded, cancel the jobs still running)."""
+
+
+@dataclass
+class _Entry:
+    job: ScoringJob
+    running: bool = False
+    task: asyncio.Task[JobResult] = field(init=False)
+
+
+@dataclass
+class _Memory:
+    jobs: OrderedDict[str, _Entry] = field(default_factory=OrderedDict)
+    batches: OrderedDict[str, list[str]] = field(default_factory=OrderedDict)
+
+
+class EmbeddedQueue:
+    """Jobs scored in this process by the worker's runner, ``concurrency`` at once.
+
+    Results stay in memory, the latest ``keep`` of them; a job still queued or
+    running is never forgotten. Restarting the server forgets them all: a
+    queue that must outlive its server is a cluster (``CHALK_REDIS_URL``).
+    """
+
+    where = "embedded"
+
+    def __init__(self, settings: ChalkSettings, keep: int) -> None:
+        from chalk_worker.run.embedded import DEFAULT_CONCURRENCY
+
+        self.settings = settings
+        self.keep = keep
+        self.concurrency = settings.embedded_concurrency or DEFAULT_CONCURRENCY
+        self._memory = _Memory()
+        self._slots: asyncio.Semaphore | None = None
+
+    async def _score(self, entry: _Entry) -> JobResult:
+        from chalk_worker.run.runner import score_job_async, start_in_process
+
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.concurrency)
+        async with self._slots:
+            entry.running = True
+            running = start_in_process(score_job_async(entry.job, settings=self.settings))
+            try:
+                return await asyncio.wrap_future(running)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # score_job_async turns a job's troubles into results
+                job_id = entry.job.id or ""
+                return JobResult(job_id=job_id, status=JobStatus.FAILED, error=repr(exc))
+
+    def _start(self, job: ScoringJob) -> _Entry:
+        assert job.id is not None
+        known = self._memory.jobs.get(job.id)
+        if known is not None:  # the same id is scored once
+            return known
+        entry = _Entry(job)
+        entry.task = asyncio.create_task(self._score(entry))
+        self._memory.jobs[job.id] = entry
+        self._forget_oldest()
+        return entry
+
+    def _forget_oldest(self) -> None:
+        jobs = self._memory.jobs
+        for _ in range(max(0, len(jobs) - self.keep)):
+            job_id, entry = next(iter(jobs.items()))
+            jobs.move_to_end(job_id)
+            if entry.task.done():
+                del jobs[job_id]
+        batches = self._memory.batches
+        while len(batches) > self.keep:
+            batches.popitem(last=False)
+
+    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+        for job in jobs:
+            self._start(job)
+        if batch_id is not None:
+            self._memory.batches[batch_id] = [job.id for job in jobs if job.id is not None]
+
+    async def score(self, job: ScoringJob, timeout: float) -> JobResult:
+        entry = self._start(job)
+        try:
+            return await asyncio.wait_for(asyncio.shield(entry.task), timeout)
+        except TimeoutError:
+            raise ResultTimeout(f"job {job.id!r} has no result after {timeout:g} s") from None
+
+    async def result(self, job_id: str) -> JobResult | None:
+        entry = self._memory.jobs.get(job_id)
+        if entry is None or not entry.task.done() or entry.task.cancelled():
+            return None
+        return entry.task.result()
+
+    async def status(self, job_id: str) -> JobStatus | None:
+        entry = self._memory.jobs.get(job_id)
+        if entry is None:
+            return None
+        if entry.task.done() and not entry.task.cancelled():
+            return entry.task.result().status
+        return JobStatus.RUNNING if entry.running else JobStatus.QUEUED
+
+    async def batch_jobs(self, batch_id: str) -> list[str] | None:
+        return self._memory.batches.get(batch_id)
+
+    async def stream(
+        self, batch_id: str, job_ids: list[str], timeout: float
+    ) -> AsyncIterator[JobResult]:
+        tasks = {}
+        for job_id in dict.fromkeys(job_ids):
+            entry = self._memory.jobs.get(job_id)
+            if entry is not None:
+                tasks[entry.task] = job_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending = set(tasks)
+        while pending:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ResultTimeout(
+                    f"batch {batch_id}: {len(pending)} jobs have no result after {timeout:g} s"
+                )
+            done, pending = await asyncio.wait(
+                pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if not task.cancelled():
+                    yield task.result()
+
+    async def health(self) -> dict[str, Any]:
+        jobs = self._memory.jobs.values()
+        unfinished = sum(1 for entry in jobs if not entry.task.done())
+        return {"queue": "embedded", "ok": True, "unfinished_jobs": unfinished}
+
+    async def close(self) -> None:
+        unfinished = [e.task for e in self._memory.jobs.values() if not e.task.done()]
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+
+
+class ClusterQueue:
+    """Jobs sent to the cluster (``CHALK_REDIS_URL``); everything lives in Redis."""
+
+    where = "cluster"
+
+    def __init__(self, settings: ChalkSettings) -> None:
+        self.settings = settings
+        self._client: AsyncChalkClient | None = None
+
+    @property
+    def client(self) -> AsyncChalkClient:
+        """The client of the server's loop, made on first use."""
+        if self._client is None:
+            self._client = AsyncChalkClient(settings=self.settings)
+        return self._client
+
+    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+        if batch_id is None and len(jobs) == 1:
+            await self.client.submit(jobs[0])
+        else:
+            await self.client.submit_batch(jobs, batch_id=batch_id or new_batch_id())
+
+    async def score(self, job: ScoringJob, timeout: float) -> JobResult:
+        return await self.client.submit_and_wait(job, timeout)
+
+    async def result(self, job_id: str) -> JobResult | None:
+        return await self.client.get(job_id)
+
+    async def status(self, job_id: str) -> JobStatus | None:
+        handle = AsyncJobHandle(self.client.store, job_id, new_waiter(), watching=False)
+        return await handle.status()
+
+    async def batch_jobs(self, batch_id: str) -> list[str] | None:
+        try:
+            return (await self.client.batch(batch_id)).job_ids
+        except QueueError:
+            return None
+
+    async def stream(
+        self, batch_id: str, job_ids: list[str], timeout: float
+    ) -> AsyncIterator[JobResult]:
+        batch = await self.client.batch(batch_id)
+        async for result in batch.as_completed(timeout):
+            yield result
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            workers = await self.client.workers()
+        except QueueError as exc:
+            return {"queue": "cluster", "ok": False, "error": str(exc)}
+        return {"queue": "cluster", "ok": True, "workers": len(workers)}
+
+    async def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+
+
+def make_queue(settings: ChalkSettings, server: ServerSettings) -> ServerQueue:
+    """The cluster's queue when ``CHALK_REDIS_URL`` is set, else the embedded one."""
+    if settings.redis_url:
+        return ClusterQueue(settings)
+    return EmbeddedQueue(settings, server.keep_results)

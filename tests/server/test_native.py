@@ -1,0 +1,125 @@
+"""Chalk's own HTTP API (``/v1``), against a real ``chalk serve``: the embedded queue, and
+the cluster behind two servers at once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from processes import WorkerFactory
+from servers import Server, ServerFactory
+
+pytestmark = pytest.mark.slow
+
+REGEX_JOB = {
+    "transcript": {"messages": [{"role": "assistant", "content": "the answer is 42"}]},
+    "judge": {"type": "regex", "patterns": ["answer is 42"]},
+}
+TESTS_JOB = {
+    "transcript": {
+        "messages": [
+            {
+                "role": "assistant",
+                "content": "```python\nprint(sum(map(int, input().split())))\n```",
+            }
+        ]
+    },
+    "judge": {"type": "tests", "language": "python", "tests": [{"stdin": "1 2", "stdout": "3"}]},
+}
+
+
+def _result(client: httpx.Client, job_id: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = client.get(f"/v1/jobs/{job_id}")
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        if body["status"] in ("succeeded", "failed"):
+            return body
+        assert body["status"] in ("queued", "running")
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
+def test_a_job_posted_is_scored_and_its_result_fetched(server: Server) -> None:
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json={**REGEX_JOB, "id": "native-one"})
+        assert answer.status_code == 202
+        assert answer.json() == {"job_id": "native-one"}
+        result = _result(client, "native-one")
+        assert result["status"] == "succeeded"
+        assert result["scoring"]["score"] == 1.0
+        assert client.get("/v1/jobs/never-sent").status_code == 404
+
+
+def test_a_batch_streams_as_server_sent_events_and_as_ndjson(server: Server) -> None:
+    jobs = [TESTS_JOB, REGEX_JOB, {**REGEX_JOB, "judge": {"type": "regex", "patterns": ["no"]}}]
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json=jobs)
+        assert answer.status_code == 202
+        batch = answer.json()
+        assert len(batch["job_ids"]) == 3
+        url = f"/v1/batches/{batch['batch_id']}/results"
+        with client.stream("GET", url) as events:
+            assert events.headers["content-type"].startswith("text/event-stream")
+            text = events.read().decode()
+        blocks = [block for block in text.split("\n\n") if block.strip()]
+        results = [
+            json.loads(b.split("data: ", 1)[1]) for b in blocks if b.startswith("event: result")
+        ]
+        assert sorted(r["job_id"] for r in results) == sorted(batch["job_ids"])
+        assert blocks[-1].startswith("event: end")
+        assert json.loads(blocks[-1].split("data: ", 1)[1])["done"] == 3
+        scores = {r["job_id"]: r["scoring"]["score"] for r in results}
+        assert [scores[i] for i in batch["job_ids"]] == [1.0, 1.0, 0.0]
+        lines = client.get(url, headers={"Accept": "application/x-ndjson"})
+        assert lines.headers["content-type"].startswith("application/x-ndjson")
+        assert len([json.loads(line) for line in lines.text.splitlines()]) == 3
+
+
+def test_a_bad_job_is_a_422_saying_where(server: Server) -> None:
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json={"transcript": {}, "judge": {"type": "nope"}})
+        assert answer.status_code == 422
+        body = answer.json()
+        assert body["error"] == "invalid request"
+        assert "judge" in body["detail"]
+        assert client.post("/v1/jobs", json=[]).status_code == 422
+        assert client.get("/v1/batches/b-none/results").status_code == 404
+
+
+def test_openapi_and_docs_are_served(server: Server) -> None:
+    with server.client() as client:
+        spec = client.get("/openapi.json").json()
+        for path in ("/v1/jobs", "/run_code", "/submissions", "/submissions/batch", "/health"):
+            assert path in spec["paths"], path
+        assert client.get("/docs").status_code == 200
+        health = client.get("/health").json()
+        assert health["ok"] is True and health["queue"] == "embedded"
+
+
+def test_two_servers_on_one_cluster_answer_for_each_others_jobs(
+    start_server: ServerFactory, start_worker: WorkerFactory, redis_url: str
+) -> None:
+    start_worker(redis_url, concurrency=4)
+    env = {"CHALK_REDIS_URL": redis_url}
+    first, second = start_server(env=env), start_server(env=env)
+    with first.client() as one, second.client() as two:
+        assert one.get("/health").json()["queue"] == "cluster"
+        batch = one.post("/v1/jobs", json=[REGEX_JOB, TESTS_JOB]).json()
+        lines = two.get(
+            f"/v1/batches/{batch['batch_id']}/results", headers={"Accept": "application/x-ndjson"}
+        ).text.splitlines()
+        assert sorted(json.loads(line)["job_id"] for line in lines) == sorted(batch["job_ids"])
+        for job_id in batch["job_ids"]:
+            assert _result(two, job_id)["status"] == "succeeded"
+        answer = two.post("/run_code", json={"code": "print(6*7)", "language": "python"}).json()
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        token = one.post("/submissions", json={"source_code": "print(1)", "language_id": 71}).json()
+        deadline = time.monotonic() + 60
+        while (seen := two.get(f"/submissions/{token['token']}").json())["status"]["id"] < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert seen["status"]["id"] == 3 and seen["stdout"] == "1\n"
