@@ -1,4 +1,4 @@
-# The Chalk Queue image: the worker, Flower and the `chalk` command.
+# The Chalk Queue image: the worker, Flower, the HTTP API and the `chalk` command.
 #
 # Build: docker build -t chalk-queue .   (docker compose builds it too)
 # Add your own grading tasks by copying them into tasks/ before `pip install .[worker]`,
@@ -19,7 +19,7 @@ COPY pyproject.toml README.md ./
 COPY chalk_client ./chalk_client
 COPY chalk_worker ./chalk_worker
 COPY tasks ./tasks
-RUN pip install --no-cache-dir ".[worker]" && mkdir -p /var/lib/chalk/jobs
+RUN pip install --no-cache-dir ".[worker,server]" && mkdir -p /var/lib/chalk/jobs
 
 # The worker runs as root so it can run each script as its own unprivileged uid, make
 # cgroups and mount scratch space; scripts never run as root. The image's Python lives in

@@ -34,6 +34,7 @@ BENCHMARKS = (
     "footprint",
     "ceiling",
     "replicas",
+    "http_api",
 )
 
 

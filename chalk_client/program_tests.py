@@ -2,7 +2,8 @@
 
 A test case is an input for the program's stdin and the output expected on its
 stdout; a case whose expected output is ``null`` only runs the program, and
-accepts any output of a run that ends well (exit status 0, within its limits). How the two outputs are compared (``Compare``):
+accepts any output of a run that ends well (exit status 0, within its limits).
+How the two outputs are compared (``Compare``):
 
 - ``"tokens"`` (the default): equal when their whitespace-separated tokens are;
 - ``"exact"``: equal byte for byte (the same tokens laid out otherwise is a

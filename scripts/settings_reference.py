@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reference" / "settings.md"
 sys.path.insert(0, str(ROOT))
 
+from chalk_client.server.settings import ServerSettings  # noqa: E402
 from chalk_client.settings import (  # noqa: E402  (the project's root, put on the path above)
     Limits,
     LimitSettings,
@@ -48,6 +49,7 @@ PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("Limits: what one job may use", LimitSettings),
     ("Programs of tests judges: compiles, outputs, the build cache", ProgramSettings),
     ("The process: task modules, folders, regexes, metrics", RunSettings),
+    ("The HTTP API (chalk serve): keys and limits", ServerSettings),
 )
 
 HEADER = """\
@@ -220,9 +222,13 @@ def part_table(cls: type[BaseModel]) -> str:
     """One part's settings as a Markdown table."""
     docs = field_docs(cls)
     rows = ["| variable | takes | default | meaning |", "| --- | --- | --- | --- |"]
+    prefix = cls.model_config.get("env_prefix", "CHALK_")
     for name, field in cls.model_fields.items():
+        variable = field.validation_alias
+        if not isinstance(variable, str):
+            variable = f"{prefix}{name.upper()}"
         rows.append(
-            f"| `CHALK_{name.upper()}` | {value_kind(field)} | {default_text(name, field)} "
+            f"| `{variable}` | {value_kind(field)} | {default_text(name, field)} "
             f"| {markdown(docs[name])} |"
         )
     return "\n".join(rows) + "\n"

@@ -6,6 +6,8 @@ A block is read with the HTML comment on the line before it, its *directive*:
   ``chalk`` and ``python -m`` commands of a shell block are still checked.
 - ``<!-- run: cluster -->``: run with ``CHALK_REDIS_URL`` pointing at a private
   Redis that a real ``chalk worker`` serves.
+- ``<!-- run: server -->``: run beside a ``chalk serve`` of the tests (embedded
+  queue, no keys); ``127.0.0.1:8080`` in the block stands for its address.
 - ``<!-- run: slow -->``: run only with ``--slow`` (or ``CI=true``).
 - ``<!-- run: after-install -->``: each line starts with the install that made
   this environment; the rest of the line runs.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGES = ("python", "sh", "json", "yaml", "text")
-RUN_OPTIONS = frozenset({"cluster", "slow", "after-install", "continues"})
+RUN_OPTIONS = frozenset({"cluster", "server", "slow", "after-install", "continues"})
 FENCE = re.compile(r"^(\s*)```(.*)$")
 DIRECTIVE = re.compile(r"^<!--\s*([a-z-]+)(?::\s*(.*?))?\s*-->$")
 SNIPPET = re.compile(r"^--8<--\n(.+)\n--8<--$", re.M)

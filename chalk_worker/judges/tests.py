@@ -23,7 +23,7 @@ from chalk_worker.judges.programs.builds import BuildCache
 from chalk_worker.judges.programs.cases import TestsFileError, test_cases
 from chalk_worker.judges.programs.checker import CheckerFailed
 from chalk_worker.judges.programs.languages import toolchains
-from chalk_worker.judges.programs.outcomes import ToolchainUnusable
+from chalk_worker.judges.programs.outcomes import SourceRejected, ToolchainUnusable
 from chalk_worker.judges.programs.runner import ProgramRunner
 from chalk_worker.judges.programs.source import NoProgram, find_program
 from chalk_worker.sandbox.policy import check_command
@@ -124,6 +124,11 @@ def _judge(judge: TestsJudge, context: JudgeContext) -> Scoring:
                     skipped = sum(1 for _ in cases)
                     results += [TestResult(verdict=Verdict.SKIPPED)] * skipped
                     break
+        except SourceRejected as exc:
+            results = [
+                TestResult(verdict=Verdict.COMPILE_ERROR) for _ in range(_count(judge, context))
+            ]
+            return _scoring(judge, program.language, results, exc.result)
         except CheckerFailed as exc:
             return Scoring.fail("error", str(exc), cause=GRADER_ERROR)
         except ToolchainUnusable as exc:

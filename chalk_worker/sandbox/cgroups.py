@@ -24,6 +24,10 @@ from chalk_worker.sandbox.cgroup_support import (
 
 log = logging.getLogger(__name__)
 
+RECLAIM_FROM_BYTES = 4 * 1024 * 1024
+"""Below this much memory charged to a slot between runs, ``drop_cached`` leaves it: the
+reclaim would cost more CPU than the residue matters to a run's memory and limit."""
+
 
 class SlotCgroups:
     """The groups of one sandbox slot; a run joins them all before it executes anything.
@@ -195,7 +199,10 @@ class SlotCgroups:
         path = self._memory_file("memory.reclaim", "memory.force_empty")
         if path is None:
             return
-        amount = str(self.memory_bytes() or 0) if self.support.memory_v2 else "0"
+        held = self.memory_bytes()
+        if held is not None and held < RECLAIM_FROM_BYTES:
+            return  # a reclaim costs more than this would skew a run's memory
+        amount = str(held or 0) if self.support.memory_v2 else "0"
         with contextlib.suppress(OSError):  # busy (a process left), or nothing to reclaim
             write_file(path, amount)
 

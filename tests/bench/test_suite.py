@@ -21,7 +21,7 @@ def test_figures_pass_or_fail_by_their_goal():
     assert "throughput" in text and "1.11" in text and "pass" in text
 
 
-HALVES = ("codegen,batch,submission", "throughput,latency,sandbox,inprocess,programs")
+HALVES = ("codegen,batch,submission,http_api", "throughput,latency,sandbox,inprocess,programs")
 """The benchmarks the smoke test runs, in two processes at once (they mostly wait)."""
 
 
@@ -53,6 +53,7 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "in-process score_jobs",
         "codegen",
         "tests judge, 8 languages",
+        "/run_code, 32 clients",
     ):
         assert name in stdout, stdout
 

@@ -50,6 +50,7 @@ from doc_blocks import (
     sources,
 )
 from pydantic import TypeAdapter
+from servers import ServerFactory
 
 from chalk_client import JobResult, ScoringJob
 from chalk_client.cli.main import _parser
@@ -57,6 +58,8 @@ from chalk_client.judges import JudgeSpec
 from chalk_worker.testing.fake_openai import FakeOpenAI, Seen
 
 RUNNER = Path(__file__).with_name("run_python.py")
+DOCS_SERVER = "127.0.0.1:8080"
+"""The address the docs give ``chalk serve``; a ``server`` block runs against the tests' own."""
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
 PROJECT_MODULES = ("chalk_client", "chalk_worker", "tasks", "bench")
 LINKED = ("tasks", "docs", "bench", "scripts", "mkdocs.yml", "BENCHMARKS.md")
@@ -125,6 +128,22 @@ def environment(fake_llm: FakeOpenAI, redis_url: str | None) -> dict[str, str]:
     if redis_url:
         env["CHALK_REDIS_URL"] = redis_url
     return env
+
+
+@pytest.fixture(scope="session")
+def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``chalk serve`` for the blocks marked ``server``; its ``host:port``."""
+    factory = ServerFactory(tmp_path_factory.mktemp("docs-server"))
+    yield factory().url.removeprefix("http://")
+    factory.stop_all()
+
+
+def served(block: Block, request: pytest.FixtureRequest) -> str | None:
+    """The docs server's address, for a block that needs it (started on first use)."""
+    if "server" not in options(block):
+        return None
+    address: str = request.getfixturevalue("docs_server")
+    return address
 
 
 def cluster_url(block: Block, request: pytest.FixtureRequest) -> str | None:
@@ -265,8 +284,10 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
     return done.stdout
 
 
-def run_python(block: Block, scratch: Path, env: dict[str, str]) -> str:
+def run_python(block: Block, scratch: Path, env: dict[str, str], server: str | None) -> str:
     code = "".join(b.code for b in chain(block, PAGES[block.path]))
+    if server:
+        code = code.replace(DOCS_SERVER, server)
     example = scratch / "example.py"
     example.write_text(code)
     return run([sys.executable, str(RUNNER), str(example)], scratch, env, timeout=240)
@@ -296,8 +317,10 @@ def after_install(block: Block) -> str:
     return "\n".join(kept) + "\n"
 
 
-def run_shell(block: Block, scratch: Path, env: dict[str, str]) -> str:
+def run_shell(block: Block, scratch: Path, env: dict[str, str], server: str | None) -> str:
     code = "".join(shell_code(b) for b in chain(block, PAGES[block.path]))
+    if server:
+        code = code.replace(DOCS_SERVER, server)
     script = "set -euo pipefail\n" + code
     return run(["bash", "-c", script], scratch, env, timeout=600)
 
@@ -355,10 +378,11 @@ def test_block(
     server, unknown = fake_llm
     asked_before = len(unknown)
     env = environment(server, cluster_url(block, request))
+    address = served(block, request)
     if block.language == "python":
-        printed = run_python(block, scratch, env)
+        printed = run_python(block, scratch, env, address)
     else:
-        printed = run_shell(block, scratch, env)
+        printed = run_shell(block, scratch, env, address)
     assert len(unknown) == asked_before, f"criteria without a verdict in VERDICTS: {unknown}"
     check_output(block, printed)
 

@@ -11,6 +11,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from chalk_client import ChalkSettings
+from chalk_client.server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +37,16 @@ def test_the_page_is_what_the_settings_classes_give(generator, capsys) -> None:
 
 
 def test_every_setting_has_a_row(generator) -> None:
-    listed = {name for _, part in generator.PARTS for name in part.model_fields}
+    parts = {part for _, part in generator.PARTS}
+    listed = {name for part in parts - {ServerSettings} for name in part.model_fields}
     assert listed == set(ChalkSettings.model_fields)
     page = generator.PAGE.read_text()
     for name in ChalkSettings.model_fields:
         assert f"| `CHALK_{name.upper()}` |" in page
+    assert ServerSettings in parts  # chalk serve's, apart: only the server reads them
+    assert "| `CHALK_API_KEYS` |" in page
+    for name in ServerSettings.model_fields.keys() - {"api_keys"}:
+        assert f"| `CHALK_SERVER_{name.upper()}` |" in page
 
 
 def test_a_stale_page_fails_the_check(generator, tmp_path, monkeypatch, capsys) -> None:

@@ -96,6 +96,7 @@ def test_the_services_and_their_settings(compose):
         "redis",
         "worker",
         "flower",
+        "server",
     }
     redis_service = services["redis"]
     command = redis_service["command"]
@@ -135,6 +136,12 @@ def test_the_services_and_their_settings(compose):
     raw = yaml.safe_load(COMPOSE.read_text())
     assert ":?" in raw["services"]["flower"]["environment"]["FLOWER_BASIC_AUTH"]  # required
 
+    server = services["server"]
+    assert server["ports"] == ["127.0.0.1:8080:8080"]
+    assert server["environment"]["CHALK_REDIS_URL"] == env["CHALK_REDIS_URL"]  # the cluster
+    assert ":?" in raw["services"]["server"]["environment"]["CHALK_API_KEYS"]  # required
+    assert "container_name" not in server  # --scale server=N
+
 
 def test_the_chalk_commands_exist_with_their_flags(compose):
     services = compose["services"]
@@ -153,6 +160,20 @@ def test_the_chalk_commands_exist_with_their_flags(compose):
     ]
     assert given + from_env == ["port", "basic_auth"]
     assert all(name in options for name in given + from_env)
+    serve = services["server"]["command"]
+    assert serve[:2] == ["chalk", "serve"]
+    serve_help = chalk_help("serve")
+    assert all(flag in serve_help for flag in serve[2:] if flag.startswith("--"))
+    # Listening beyond loopback needs keys: the service would refuse to start without.
+    env = {**os.environ, "CHALK_API_KEYS": ""}
+    refused = subprocess.run(
+        [sys.executable, "-m", "chalk_client.cli", *serve[1:]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "CHALK_API_KEYS" in refused.stderr
     assert "[project.scripts]\nchalk = " in (ROOT / "pyproject.toml").read_text()
 
 
@@ -367,7 +388,7 @@ def test_the_dockerfile_builds_what_compose_runs():
         assert toolchain in text  # the tests judge's languages
     for package in ("chalk_client", "chalk_worker", "tasks"):
         assert f"COPY {package} ./{package}" in text
-    assert 'pip install --no-cache-dir ".[worker]"' in text  # the worker's packages too
+    assert 'pip install --no-cache-dir ".[worker,server]"' in text  # worker's and server's
     assert 'CMD ["chalk", "worker", "--loglevel", "INFO"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".git" in ignored and ".venv" in ignored

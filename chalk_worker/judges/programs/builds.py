@@ -11,7 +11,10 @@ folders only, none through a link, within size limits.
 The cache is a folder of the worker's machine (``chalk-builds`` beside the job
 folders), shared by its processes: entries are written under a temporary name
 and renamed into place, and the oldest are removed when it grows past
-``CHALK_BUILD_CACHE_MB``. A cache folder (or entry) that is not the worker's
+``CHALK_BUILD_CACHE_MB`` or holds more than ``MAX_ENTRIES`` builds. Measuring
+the cache means walking it, so a process does so only when what it has kept
+since its last walk could have filled it, and every ``TRIM_EVERY`` builds kept
+(other processes keep builds too). A cache folder (or entry) that is not the worker's
 own, closed to others, is not used: in a shared temporary folder anyone could
 have made it first.
 """
@@ -33,7 +36,14 @@ log = logging.getLogger(__name__)
 
 MAX_FILES = 10_000
 """Files one build may keep."""
+MAX_ENTRIES = 20_000
+"""Builds the cache keeps at most (a walk of the cache stays a few milliseconds)."""
+TRIM_EVERY = 256
+"""Builds a process keeps between two walks of the cache, at most."""
 _warned: set[Path] = set()
+_since_walk: dict[Path, list[int]] = {}
+"""Per cache folder: what this process knew it held at its last walk (bytes, builds), plus
+what it has kept since."""
 
 
 class BuildTooLarge(Exception):
@@ -147,9 +157,10 @@ class BuildCache:
         except OSError as exc:
             log.warning("could not keep a build in %s: %s", self.root, exc)
             return
+        added = 0
         try:
             for name in names:
-                copy_tree(folder / name, staging / name, self.max_bytes)
+                added += copy_tree(folder / name, staging / name, self.max_bytes)
             os.chmod(staging, 0o755)
             os.rename(staging, self.root / key)
         except (OSError, BuildTooLarge) as exc:
@@ -157,10 +168,23 @@ class BuildCache:
                 log.info("build not kept: %s", exc)
             _remove(staging)
             return
-        self._trim()
+        self._counted(added)
+
+    def _counted(self, added: int) -> None:
+        """Count a build kept; walk and trim the cache when it may be full, or is due."""
+        known = _since_walk.get(self.root)
+        if known is None:
+            self._trim()
+            return
+        known[0] += added
+        known[1] += 1
+        known[2] += 1
+        if known[0] > self.max_bytes or known[1] > MAX_ENTRIES or known[2] >= TRIM_EVERY:
+            self._trim()
 
     def _trim(self) -> None:
-        """Remove the least recently used builds while the cache holds more than its size."""
+        """Remove the least recently used builds while the cache holds more than its size
+        (or more than ``MAX_ENTRIES`` builds)."""
         entries = []
         total = 0
         with contextlib.suppress(OSError), os.scandir(self.root) as scan:
@@ -170,11 +194,14 @@ class BuildCache:
                 size = _size(Path(entry.path))
                 entries.append((entry.stat(follow_symlinks=False).st_mtime, size, entry.path))
                 total += size
+        count = len(entries)
         for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
+            if total <= self.max_bytes and count <= MAX_ENTRIES:
                 break
             _remove(Path(path))
             total -= size
+            count -= 1
+        _since_walk[self.root] = [total, count, 0]
 
 
 def _size(path: Path) -> int:

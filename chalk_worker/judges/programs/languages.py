@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 """Where toolchains are looked for: the system's, which the sandbox shows."""
 
-PYTHON_SYNTAX_CHECK = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
-"""Python's "compile": the source must parse (a syntax error is a ``CE``, as for C)."""
+PYTHON_PARSE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+"""What Python says of a source that does not parse: a ``CE``, as for C. It says so as the
+program starts, so its first run is its syntax check (one sandboxed run fewer per job)."""
 
 JAVA_OVERHEAD_MB = 192
 """Memory a JVM needs beside its heap (the heap gets the test's whole limit)."""
@@ -63,6 +64,9 @@ class LanguageSpec:
     version_args: tuple[str, ...] = ("--version",)
     extensions: tuple[str, ...] = ()
     """File extensions that mean this language (``language: auto`` on a file)."""
+    parse_errors: tuple[str, ...] = ()
+    """For a language checked as it starts (no ``compile``): the errors its runtime reports,
+    before running anything, for a source that does not parse."""
 
 
 LANGUAGES: dict[str, LanguageSpec] = {
@@ -72,11 +76,10 @@ LANGUAGES: dict[str, LanguageSpec] = {
             name="python",
             source_name="main.py",
             tools=(),
-            compile=("{python}", "-c", PYTHON_SYNTAX_CHECK, "{source}"),
             run=("{python}", "{source}"),
-            outputs=("main.py",),
             out_of_memory="MemoryError",
             extensions=(".py",),
+            parse_errors=PYTHON_PARSE_ERRORS,
         ),
         LanguageSpec(
             name="c",

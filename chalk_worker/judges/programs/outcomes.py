@@ -7,6 +7,7 @@ import contextlib
 import signal
 import sys
 
+from chalk_client.scoring import CompileResult
 from chalk_client.settings import ChalkSettings
 from chalk_worker.sandbox.process import ProcessLimits, ProcessOutcome
 from chalk_worker.sandbox.pycommand import PythonCommand, parse_python_command
@@ -32,6 +33,27 @@ def warm_form(argv: list[str], settings: ChalkSettings) -> PythonCommand | None:
     if argv[0] != sys.executable or not settings.warm_python:
         return None
     return parse_python_command(argv)
+
+
+class SourceRejected(Exception):
+    """Raised when a program checked as it starts did not parse (a ``CE`` of every test)."""
+
+    def __init__(self, result: CompileResult) -> None:
+        super().__init__(result.stderr)
+        self.result = result
+
+
+def did_not_parse(outcome: ProcessOutcome, parse_errors: tuple[str, ...]) -> bool:
+    """Whether a run ended as its runtime ends a source that does not parse: status 1, no
+    traceback (nothing ran), and one of ``parse_errors`` as the last line of stderr. (A
+    program that prints as much of itself only earns itself a ``CE``.)"""
+    if outcome.returncode != 1 or not parse_errors:
+        return False
+    text = outcome.stderr.strip()
+    if not text or text.startswith("Traceback (most recent call last):"):
+        return False
+    last = text.splitlines()[-1]
+    return any(last.startswith(f"{name}:") for name in parse_errors)
 
 
 class ToolchainUnusable(Exception):

@@ -43,9 +43,11 @@ from chalk_worker.judges.programs.checker import CheckerSetting, TestChecker
 from chalk_worker.judges.programs.compare import compare_outputs
 from chalk_worker.judges.programs.languages import Toolchain, java_main_class
 from chalk_worker.judges.programs.outcomes import (
+    SourceRejected,
     ToolchainUnusable,
     capped,
     compile_problem,
+    did_not_parse,
     runtime_error,
     starved,
     warm_form,
@@ -121,6 +123,7 @@ class ProgramRunner:
         self.env = self._environment()
         self._stdin = os.memfd_create("chalk-test-input", os.MFD_CLOEXEC)
         self.main_class = ""
+        self._parsed = not toolchain.spec.parse_errors
         self.submission_dir = submission_dir
         self.checker: TestChecker | None = None
         self.concealed = [*task_folders(), *(Path(p) for p in settings.sandbox_paths)]
@@ -249,6 +252,13 @@ class ProgramRunner:
         os.ftruncate(self._stdin, 0)
         os.pwrite(self._stdin, case.stdin.encode(), 0)
         result, outcome, measured, held_back = self._attempt(argv)
+        if not self._parsed:  # a language checked as it starts: its first run tells
+            if did_not_parse(outcome, self.spec.parse_errors):
+                text = capped(outcome.stderr.strip(), COMPILER_MESSAGES_SHOWN)
+                raise SourceRejected(
+                    CompileResult(ok=False, seconds=measured["wall_s"], stderr=text)
+                )
+            self._parsed = True
         retried = result is None and held_back
         if retried:
             result, outcome, measured, _ = self._attempt(argv)

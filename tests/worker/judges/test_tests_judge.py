@@ -188,14 +188,19 @@ def test_every_language_gets_the_verdict_each_program_earns(language: str) -> No
         result = results[f"{language}-{kind}"]
         assert verdicts(result) == expected, (kind, result.scoring)
         scoring = result.scoring
-        assert scoring is not None and scoring.compile is not None
-        assert scoring.compile.ok == (kind != "ce"), scoring.compile
+        assert scoring is not None
+        if language == "python" and kind != "ce":  # checked as it starts: no compile
+            assert scoring.compile is None, scoring.compile
+        else:
+            assert scoring.compile is not None
+            assert scoring.compile.ok == (kind != "ce"), scoring.compile
         assert scoring.metadata["language"] == language
         assert scoring.score == (1.0 if kind == "ac" else 0.0)
         assert scoring.continue_task == (kind == "ac")
         first = scoring.tests[0] if scoring.tests else None
         assert first is not None
         if kind == "ce":
+            assert scoring.compile is not None
             assert scoring.cause is ZeroCause.COMPILE_ERROR and scoring.compile.stderr
             assert first.cpu_s is None and first.exit_code is None
             continue
@@ -571,6 +576,19 @@ def test_a_wall_limit_the_judge_sets_is_a_time_limit_at_that_time_without_a_seco
     assert test.wall_s is not None and test.wall_s < 2.5  # not the 16 s cap of a 5 s limit
 
 
+def test_python_that_does_not_parse_is_a_compile_error_found_by_its_first_run() -> None:
+    for code in ("def f(:\n    pass", "if True:\nprint(1)", "x = 1\n\tif x:\n        pass"):
+        result = score_job(job_of(code))
+        assert verdicts(result) == [CE, CE], code
+        assert result.scoring is not None and result.scoring.compile is not None
+        assert not result.scoring.compile.ok
+        assert "Error:" in result.scoring.compile.stderr, result.scoring.compile
+    # A syntax error met while running is the program's runtime error, not a compile error.
+    late = score_job(job_of("exec('(')", tests=SUMS[:1]))
+    assert verdicts(late) == [RE]
+    assert late.scoring is not None and late.scoring.compile is None
+
+
 def test_kept_output_and_tests_with_nothing_expected() -> None:
     code = "import sys\nprint('out', input())\nsys.stderr.write('err')\nsys.exit(int(input()))"
     tests = [
@@ -746,19 +764,19 @@ def test_a_build_cache_someone_else_made_is_not_used(
     work = tmp_path / "work"
     work.mkdir(mode=0o1777)
     work.chmod(0o1777)
-    wrong = "print(0)\n# planted " + uuid.uuid4().hex
-    chain = languages.toolchains().found["python"]
+    wrong = "echo 0\n# planted " + uuid.uuid4().hex
+    chain = languages.toolchains().found["bash"]
     assert chain.spec.compile is not None
-    parts = [chain.spec.name, chain.version, *chain.spec.compile, "main.py"]
+    parts = [chain.spec.name, chain.version, *chain.spec.compile, "main.sh"]
     key = build_key(parts, (wrong + "\n").encode())  # the code block, as the judge reads it
     planted = work / "chalk-builds" / key
     planted.mkdir(parents=True)
-    (planted / "main.py").write_text(PROGRAMS["python"]["ac"])
+    (planted / "main.sh").write_text(PROGRAMS["bash"]["ac"])
     for folder in (planted.parent, planted):
         os.chown(folder, 65534, 65534)
         folder.chmod(0o777)
     monkeypatch.setenv("CHALK_WORK_DIR", str(work))
-    result = score_job(job_of(wrong))
+    result = score_job(job_of(wrong, "bash", language="bash"))
     assert verdicts(result) == [WA, WA]
     assert result.scoring is not None and result.scoring.compile is not None
     assert not result.scoring.compile.cached
