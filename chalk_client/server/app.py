@@ -31,12 +31,17 @@ from chalk_client.version import chalk_version
 log = logging.getLogger("chalk.server")
 
 
+def _error(error: dict[str, Any]) -> dict[str, Any]:
+    """One error's place and words, without its input (it may be huge, or not JSON at all)."""
+    if error.get("type") == "json_invalid":  # FastAPI's: the parser's own words in ctx
+        why = (error.get("ctx") or {}).get("error", "")
+        return {"loc": ["body"], "msg": f"not valid JSON: {why}".rstrip(": ")}
+    return {"loc": [str(part) for part in error.get("loc", ())], "msg": str(error.get("msg", ""))}
+
+
 def _errors(exc: RequestValidationError) -> list[dict[str, Any]]:
-    """What is wrong where, without the input (it may be huge, or not JSON at all)."""
-    return [
-        {"loc": [str(part) for part in error.get("loc", ())], "msg": str(error.get("msg", ""))}
-        for error in exc.errors()[:50]
-    ]
+    """What is wrong where (the first 50 things)."""
+    return [_error(error) for error in exc.errors()[:50]]
 
 
 def _handlers(app: FastAPI) -> None:
@@ -81,6 +86,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        chosen.warm()
         try:
             yield
         finally:

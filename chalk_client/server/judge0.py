@@ -83,7 +83,7 @@ class Judge0Batch(BaseModel):
 
 
 def _field_problem(field: str, message: str) -> Problem:
-    return Problem(422, f"{field}: {message}", message, **{field: [message]})
+    return Problem(422, f"invalid {field}", f"{field} {message}", **{field: [message]})
 
 
 def _text(value: str | None, field: str, encoded: bool) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -56,6 +57,9 @@ class ServerQueue(Protocol):
 
     def stream(self, batch_id: str, job_ids: list[str], timeout: float) -> AsyncIterator[JobResult]:
         """Each result of the batch once, as it finishes; ``ResultTimeout`` after ``timeout``."""
+
+    def warm(self) -> None:
+        """Get ready for the first job without delaying the server's start."""
 
     async def health(self) -> dict[str, Any]:
         """Whether the queue can take work, for ``GET /health``."""
@@ -188,16 +192,30 @@ class EmbeddedQueue:
                 if not task.cancelled():
                     yield task.result()
 
+    def warm(self) -> None:
+        """Find the toolchains now, in the background: the versions of eight compilers
+        and runtimes are seconds the first program would otherwise wait."""
+        from chalk_worker.judges.programs.languages import toolchains
+
+        threading.Thread(target=toolchains, name="chalk-warm", daemon=True).start()
+
     async def health(self) -> dict[str, Any]:
         jobs = self._memory.jobs.values()
         unfinished = sum(1 for entry in jobs if not entry.task.done())
         return {"queue": "embedded", "ok": True, "unfinished_jobs": unfinished}
 
     async def close(self) -> None:
+        from chalk_worker.sandbox import cleanup
+        from chalk_worker.sandbox.workdirs import release_idle_areas
+
         unfinished = [e.task for e in self._memory.jobs.values() if not e.task.done()]
         for task in unfinished:
             task.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
+        # Now, not at exit: uvicorn ends on the signal that stopped it, and atexit
+        # handlers (which would remove the job folders' areas) do not run then.
+        await asyncio.to_thread(cleanup.drain)
+        release_idle_areas()
 
 
 class ClusterQueue:
@@ -244,6 +262,9 @@ class ClusterQueue:
         batch = await self.client.batch(batch_id)
         async for result in batch.as_completed(timeout):
             yield result
+
+    def warm(self) -> None:
+        """Nothing to ready: the workers run the programs."""
 
     async def health(self) -> dict[str, Any]:
         try:

@@ -61,6 +61,9 @@ class RecordingQueue:
         for job_id in job_ids:
             yield JobResult(job_id=job_id, status=JobStatus.FAILED, error="not run here")
 
+    def warm(self) -> None:
+        pass
+
     async def health(self) -> dict[str, Any]:
         return {"queue": "embedded", "ok": True}
 

@@ -4,7 +4,9 @@ the cluster behind two servers at once."""
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -123,3 +125,24 @@ def test_two_servers_on_one_cluster_answer_for_each_others_jobs(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert seen["status"]["id"] == 3 and seen["stdout"] == "1\n"
+
+
+def test_a_stopped_server_leaves_no_job_folder_nor_mount(start_server: ServerFactory) -> None:
+    server = start_server()
+    script = {
+        "transcript": {"messages": [{"role": "assistant", "content": "hi"}]},
+        "judge": {"type": "executable", "command": ["{python}", "-c", "open('o', 'w')", "o"]},
+    }
+    with server.client() as client:
+        job_id = client.post("/v1/jobs", json=script).json()["job_id"]
+        assert _result(client, job_id)["status"] == "succeeded"
+        slow = {**TESTS_JOB, "id": "cut-short"}
+        slow["judge"] = {**TESTS_JOB["judge"], "tests": [{"stdin": "1 2", "stdout": "3"}] * 50}
+        client.post("/v1/jobs", json=slow)
+    pid = server.proc.pid
+    server.proc.terminate()  # SIGTERM: uvicorn ends on it, without running atexit
+    assert server.proc.wait(30) is not None
+    mine = f"chalk-job-{pid}-"
+    mounts = Path("/proc/mounts").read_text()
+    assert mine not in mounts
+    assert not [p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(mine)]
