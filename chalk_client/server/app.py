@@ -74,6 +74,31 @@ def _handlers(app: FastAPI) -> None:
         return json_response(body, 500)
 
 
+class _Redact(logging.Filter):
+    """Takes the keys out of a log record (a client that put one in a URL, say)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if any(key in text for key in self.keys):
+            for key in self.keys:
+                text = text.replace(key, "[key]")
+            record.msg, record.args = text, ()
+        return True
+
+
+def _redact_in_logs(keys: list[str]) -> None:
+    if not keys:
+        return
+    for name in ("uvicorn.access", "uvicorn.error", "chalk.server"):
+        logger = logging.getLogger(name)
+        logger.filters = [f for f in logger.filters if not isinstance(f, _Redact)]
+        logger.addFilter(_Redact(keys))
+
+
 def create_app(
     settings: ChalkSettings | None = None,
     limits: ServerSettings | None = None,
@@ -105,6 +130,7 @@ def create_app(
     app.include_router(sandbox_fusion.router)
     app.include_router(judge0.router)
 
+    @app.head("/health", include_in_schema=False)
     @app.get("/health", tags=["Chalk"])
     async def health() -> Response:
         """Whether the server and its queue can take work (no key needed)."""
@@ -112,6 +138,7 @@ def create_app(
         return json_response({"version": chalk_version(), **status}, 200 if status["ok"] else 503)
 
     keys = [key.get_secret_value() for key in limits.api_keys]
+    _redact_in_logs(keys)
     return Gate(
         app, keys=keys, max_body_bytes=limits.max_body_bytes, max_in_flight=limits.max_in_flight
     )

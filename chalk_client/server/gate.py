@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
+
+from starlette.exceptions import HTTPException
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -52,8 +55,36 @@ async def send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-class BodyTooLarge(Exception):
-    """A request's body went past the limit while it was read."""
+class BodyTooLarge(HTTPException):
+    """A request's body went past the limit while it was read (an ``HTTPException``, so
+    the framework's body parsing lets it through to the 413 it is)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413,
+            f"request body too large: the limit is {limit} bytes (CHALK_SERVER_MAX_BODY_MB); "
+            "send fewer jobs per request",
+        )
+
+
+def _loopback_host(scope: Scope) -> bool:
+    """Whether the request's ``Host`` names loopback: a web page's script, its name made
+    to point at 127.0.0.1 (DNS rebinding), still sends its own name."""
+    host = b""
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            host = value
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        text = text[1:].split("]", 1)[0]
+    elif text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    if text in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
 
 
 def _digest(key: bytes) -> bytes:
@@ -97,6 +128,15 @@ class Gate:
             return
         if scope["path"] in OPEN_PATHS and scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
+            return
+        if not self.keys and not _loopback_host(scope):
+            await send_error(
+                send,
+                421,
+                "not a loopback host",
+                "a server without keys answers requests addressed to it on loopback only "
+                "(Host: 127.0.0.1, localhost or [::1]); set CHALK_API_KEYS to serve others",
+            )
             return
         caller = self._caller(scope)
         if caller is None:
@@ -161,7 +201,7 @@ class Gate:
             if message["type"] == "http.request":
                 read += len(message.get("body", b""))
                 if read > limit:
-                    raise BodyTooLarge
+                    raise BodyTooLarge(limit)
             return message
 
         return limited

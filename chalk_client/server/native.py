@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 
 from chalk_client.errors import ResultTimeout
 from chalk_client.jobs import ScoringJob
+from chalk_client.server.policy import check_job
 from chalk_client.server.problems import Problem
 from chalk_client.server.queues import new_batch_id
 from chalk_client.server.routing import StrictJSONRoute
@@ -58,6 +59,7 @@ async def submit_jobs(
     state = state_of(request)
     if isinstance(jobs, ScoringJob):
         job = jobs.with_id()
+        check_job(job, state.limits)
         await state.queue.submit([job], None)
         return json_response({"job_id": job.id}, 202)
     if not jobs:
@@ -70,6 +72,8 @@ async def submit_jobs(
             "(CHALK_SERVER_MAX_BATCH): send it in parts",
         )
     listed = [job.with_id() for job in jobs]
+    for job in listed:
+        check_job(job, state.limits)
     batch_id = new_batch_id()
     await state.queue.submit(listed, batch_id)
     return json_response({"batch_id": batch_id, "job_ids": [j.id for j in listed]}, 202)

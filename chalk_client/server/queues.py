@@ -29,6 +29,17 @@ from chalk_client.settings import ChalkSettings
 from chalk_client.waiting import new_waiter
 
 
+def _size(result: JobResult) -> int:
+    """What a result holds in memory, roughly: the outputs and texts in it, plus a little."""
+    size = 512 + len(result.error or "")
+    for step in result.steps or ([result.scoring] if result.scoring else []):
+        for test in step.tests or ():
+            size += len(test.stdout or "") + len(test.stderr or "") + 128
+        if step.compile is not None:
+            size += len(step.compile.stderr)
+    return size
+
+
 def new_batch_id() -> str:
     """A fresh batch id, in the form the client library gives them."""
     return "b-" + uuid.uuid4().hex
@@ -72,6 +83,8 @@ class ServerQueue(Protocol):
 class _Entry:
     job: ScoringJob
     running: bool = False
+    size: int = 0
+    """Bytes its result holds, roughly (the programs' outputs)."""
     task: asyncio.Task[JobResult] = field(init=False)
 
 
@@ -91,11 +104,13 @@ class EmbeddedQueue:
 
     where = "embedded"
 
-    def __init__(self, settings: ChalkSettings, keep: int) -> None:
+    def __init__(self, settings: ChalkSettings, keep: int, keep_bytes: int = 512 * 2**20) -> None:
         from chalk_worker.run.embedded import DEFAULT_CONCURRENCY
 
         self.settings = settings
         self.keep = keep
+        self.keep_bytes = keep_bytes
+        self._kept_bytes = 0
         self.concurrency = settings.embedded_concurrency or DEFAULT_CONCURRENCY
         self._memory = _Memory()
         self._slots: asyncio.Semaphore | None = None
@@ -109,12 +124,16 @@ class EmbeddedQueue:
             entry.running = True
             running = start_in_process(score_job_async(entry.job, settings=self.settings))
             try:
-                return await asyncio.wrap_future(running)
+                result = await asyncio.wrap_future(running)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # score_job_async turns a job's troubles into results
                 job_id = entry.job.id or ""
-                return JobResult(job_id=job_id, status=JobStatus.FAILED, error=repr(exc))
+                result = JobResult(job_id=job_id, status=JobStatus.FAILED, error=repr(exc))
+        entry.size = _size(result)
+        self._kept_bytes += entry.size
+        self._forget_oldest()
+        return result
 
     def _start(self, job: ScoringJob) -> _Entry:
         assert job.id is not None
@@ -129,11 +148,14 @@ class EmbeddedQueue:
 
     def _forget_oldest(self) -> None:
         jobs = self._memory.jobs
-        for _ in range(max(0, len(jobs) - self.keep)):
+        for _ in range(len(jobs)):
+            if len(jobs) <= self.keep and self._kept_bytes <= self.keep_bytes:
+                break
             job_id, entry = next(iter(jobs.items()))
             jobs.move_to_end(job_id)
             if entry.task.done():
                 del jobs[job_id]
+                self._kept_bytes -= entry.size
         batches = self._memory.batches
         while len(batches) > self.keep:
             batches.popitem(last=False)
@@ -284,4 +306,4 @@ def make_queue(settings: ChalkSettings, server: ServerSettings) -> ServerQueue:
     """The cluster's queue when ``CHALK_REDIS_URL`` is set, else the embedded one."""
     if settings.redis_url:
         return ClusterQueue(settings)
-    return EmbeddedQueue(settings, server.keep_results)
+    return EmbeddedQueue(settings, server.keep_results, server.keep_results_mb * 2**20)

@@ -50,6 +50,12 @@ class ServerSettings(BaseSettings):
     """Jobs in one ``POST /v1/jobs``; Judge0 batches take at most 20, as Judge0's do."""
     keep_results: int = Field(default=100_000, ge=1)
     """Results the embedded queue keeps for ``GET`` (the oldest are forgotten first)."""
+    keep_results_mb: int = Field(default=512, ge=1)
+    """The most memory the embedded queue's kept results may take (programs' outputs
+    counted); past it, the oldest are forgotten first."""
+    allow_commands: bool = False
+    """Let jobs posted over HTTP run commands of their choosing (``executable`` judges,
+    ``tests`` judges' checkers). Off: a key holder is not an operator."""
 
     _split = field_validator("api_keys", mode="before")(_keys)
 

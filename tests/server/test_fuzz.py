@@ -72,7 +72,9 @@ class RecordingQueue:
 
 
 LIMITS = ServerSettings(max_body_mb=1, max_code_kb=64, max_in_flight=1000)
-CLIENT = TestClient(create_app(ChalkSettings(), LIMITS, RecordingQueue()))
+CLIENT = TestClient(
+    create_app(ChalkSettings(), LIMITS, RecordingQueue()), base_url="http://127.0.0.1"
+)
 
 VALID = {
     ("POST", "/run_code"): {

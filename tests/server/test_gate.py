@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from servers import ROOT, ServerFactory
+from servers import ROOT, Server, ServerFactory
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +104,53 @@ def test_requests_in_flight_per_key_past_the_limit_are_429(start_server: ServerF
     assert "CHALK_SERVER_MAX_IN_FLIGHT" in refused.json()["detail"]
     assert refused.headers["retry-after"] == "1"
     assert answers == [200, 200]
+
+
+def test_over_http_a_job_may_not_run_commands_nor_pass_the_servers_limits(
+    server: Server,
+) -> None:
+    transcript = {"messages": [{"role": "assistant", "content": "```python\nprint(1)\n```"}]}
+    script = {"type": "executable", "command": ["/bin/sh", "-c", "cat /etc/passwd", "/", "o"]}
+    checker = {
+        "type": "tests",
+        "tests": [{"stdin": "", "stdout": "1"}],
+        "compare": {"checker": ["/bin/true"]},
+    }
+    long = {"type": "tests", "tests": [{"stdin": "", "stdout": "1"}], "time_limit_s": 600}
+    with server.client() as client:
+        for judge in (script, {"type": "all", "judges": [{"type": "always_pass"}, checker]}):
+            answer = client.post("/v1/jobs", json={"transcript": transcript, "judge": judge})
+            assert answer.status_code == 403, answer.text
+            assert "CHALK_SERVER_ALLOW_COMMANDS" in answer.json()["detail"]
+        answer = client.post("/v1/jobs", json=[{"transcript": transcript, "judge": long}])
+        assert answer.status_code == 422 and "CHALK_SERVER_MAX_TIME_LIMIT_S" in answer.text
+
+
+def test_without_keys_only_requests_addressed_to_loopback_are_served(server: Server) -> None:
+    body = {"code": "print(1)", "language": "python"}
+    rebound = httpx.post(f"{server.url}/run_code", json=body, headers={"Host": "evil.example:80"})
+    assert rebound.status_code == 421 and "CHALK_API_KEYS" in rebound.json()["detail"]
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert httpx.get(f"{server.url}/languages", headers={"Host": host}).status_code == 200
+    assert httpx.head(f"{server.url}/health").status_code == 200
+
+
+def test_a_streamed_body_past_the_limit_is_a_413_and_keys_in_urls_stay_out_of_the_log(
+    start_server: ServerFactory,
+) -> None:
+    server = start_server(key=KEY, env={"CHALK_SERVER_MAX_BODY_MB": "1"})
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(40):
+            yield b" " * 65536
+
+    answer = httpx.post(
+        f"{server.url}/run_code",
+        content=chunks(),
+        headers={**server.headers(), "content-type": "application/json"},
+    )
+    assert answer.status_code == 413 and "CHALK_SERVER_MAX_BODY_MB" in answer.json()["detail"]
+    assert httpx.get(f"{server.url}/languages?api_key={KEY}").status_code == 401
+    server.proc.terminate()
+    server.proc.wait(30)
+    assert "api_key=" in server.text() and KEY not in server.text()

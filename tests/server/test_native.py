@@ -128,7 +128,7 @@ def test_two_servers_on_one_cluster_answer_for_each_others_jobs(
 
 
 def test_a_stopped_server_leaves_no_job_folder_nor_mount(start_server: ServerFactory) -> None:
-    server = start_server()
+    server = start_server(env={"CHALK_SERVER_ALLOW_COMMANDS": "true"})
     script = {
         "transcript": {"messages": [{"role": "assistant", "content": "hi"}]},
         "judge": {"type": "executable", "command": ["{python}", "-c", "open('o', 'w')", "o"]},
@@ -146,3 +146,26 @@ def test_a_stopped_server_leaves_no_job_folder_nor_mount(start_server: ServerFac
     mounts = Path("/proc/mounts").read_text()
     assert mine not in mounts
     assert not [p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(mine)]
+
+
+def test_the_embedded_queue_forgets_its_oldest_results_past_its_memory() -> None:
+    import asyncio
+
+    from chalk_client import ScoringJob
+    from chalk_client.server.queues import EmbeddedQueue
+    from chalk_client.settings import ChalkSettings
+
+    async def scenario() -> list[bool]:
+        queue = EmbeddedQueue(ChalkSettings(), keep=1000, keep_bytes=3000)
+        ids = []
+        for number in range(10):
+            job = ScoringJob.model_validate({**REGEX_JOB, "id": f"kept-{number}"})
+            await queue.score(job, 60)
+            ids.append(job.id)
+        found = [await queue.result(job_id) is not None for job_id in ids]
+        await queue.close()
+        return found
+
+    found = asyncio.run(scenario())
+    assert found[-1] and not found[0]  # the newest kept, the oldest forgotten
+    assert sum(found) <= 5
