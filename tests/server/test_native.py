@@ -7,6 +7,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,11 +16,11 @@ from servers import Server, ServerFactory
 
 pytestmark = pytest.mark.slow
 
-REGEX_JOB = {
+REGEX_JOB: dict[str, Any] = {
     "transcript": {"messages": [{"role": "assistant", "content": "the answer is 42"}]},
     "judge": {"type": "regex", "patterns": ["answer is 42"]},
 }
-TESTS_JOB = {
+TESTS_JOB: dict[str, Any] = {
     "transcript": {
         "messages": [
             {
