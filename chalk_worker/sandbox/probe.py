@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -23,17 +24,42 @@ LAYERS = ("user", "namespaces", "network", "memory", "pids", "kill", "rlimits")
 """Layer names an operator can require; ``all`` means every one."""
 
 
-def _bwrap_works(bwrap: str) -> bool:
-    try:
-        done = subprocess.run(
-            [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "true"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+PROBE_TRIES = 3
+"""How many times bubblewrap is tried before the worker goes on without it."""
+PROBE_TIMEOUT_S = (10.0, 20.0, 40.0)
+"""How long each try may take: a worker started on a loaded machine (a replacement
+started beside busy ones) can take seconds to start even ``true``."""
+
+
+def _bwrap_works(bwrap: str) -> str | None:
+    """``None`` where bubblewrap runs a command in new namespaces, else what went wrong.
+
+    A failure is tried again: a bubblewrap that is installed but was slow or refused
+    once (a machine under load, a transient limit) must not leave the worker without
+    its namespaces for its whole life.
+    """
+    why = "not tried"
+    for attempt in range(PROBE_TRIES):
+        try:
+            done = subprocess.run(
+                [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "true"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S[attempt],
+            )
+        except subprocess.TimeoutExpired:
+            why = f"it did not run `true` within {PROBE_TIMEOUT_S[attempt]:.0f} s"
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"it could not be started ({exc})"
+        else:
+            if done.returncode == 0:
+                return None
+            said = done.stderr.decode(errors="replace").strip()[:300]
+            why = f"it exited with status {done.returncode}: {said or 'nothing said'}"
+        if attempt + 1 < PROBE_TRIES:
+            log.info("bubblewrap probe failed (%s); trying again", why)
+            time.sleep(0.5 * (attempt + 1))
+    return why
 
 
 @dataclass(frozen=True)
@@ -47,6 +73,8 @@ class SandboxLayers:
     setpriv: str | None
     """util-linux ``setpriv``, used inside bubblewrap to become the slot user."""
     cgroups: CgroupSupport
+    bwrap_refused: str | None = None
+    """Why an installed bubblewrap was not used (it failed its probe), if it was not."""
 
     @property
     def available(self) -> dict[str, str]:
@@ -83,7 +111,12 @@ class SandboxLayers:
                 "scripts run as the worker's own user: run the worker as root (it drops "
                 "scripts to per-slot uids), with setpriv installed (util-linux)"
             )
-        if "namespaces" not in have:
+        if "namespaces" not in have and self.bwrap_refused:
+            absent["namespaces"] = (
+                f"bubblewrap is installed but failed its probe: {self.bwrap_refused}"
+            )
+            absent["network"] = "scripts can reach the network: bubblewrap failed its probe"
+        elif "namespaces" not in have:
             absent["namespaces"] = "install bubblewrap (apt-get install bubblewrap)"
             absent["network"] = "scripts can reach the network: install bubblewrap"
         if "memory" not in have:
@@ -123,9 +156,11 @@ def detect_layers(tune_cgroups: bool = True) -> SandboxLayers:
     """Probe the machine once per process (``announce`` logs what was found)."""
     bwrap = shutil.which("bwrap")
     root = os.geteuid() == 0
+    refused = _bwrap_works(bwrap) if bwrap else None
     layers = SandboxLayers(
         root=root,
-        bwrap=bwrap if bwrap and _bwrap_works(bwrap) else None,
+        bwrap=bwrap if bwrap and refused is None else None,
+        bwrap_refused=refused,
         setpriv=shutil.which("setpriv"),
         cgroups=CgroupSupport.detect(tune_cgroups) if root else CgroupSupport(None, None, None),
     )
