@@ -31,16 +31,18 @@ from types import TracebackType
 from chalk_client.async_handles import AsyncBatch, AsyncJobHandle
 from chalk_client.async_store import AsyncJobStore
 from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.cluster.cancel import CancelReport
 from chalk_client.cluster.connection import connect_async, redacted
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.presence import WorkerPresence, read_workers_async
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    InvalidJobError,
     NoLiveWorkerError,
     QueueError,
 )
-from chalk_client.jobs import JobResult
+from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, Priority, check_priority
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store_errors import reaching
@@ -82,7 +84,12 @@ class AsyncChalkClient:
         )
 
     async def _submit(
-        self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
+        self,
+        jobs: Sequence[PreparedJob],
+        waiter: str,
+        retry_failed: bool,
+        batch_id: str | None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> None:
         """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
@@ -100,6 +107,7 @@ class AsyncChalkClient:
             else (lambda job_id: queue_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
+            priority=priority,
         )
         try:
             async for chunk, replies in chunks:
@@ -153,22 +161,35 @@ class AsyncChalkClient:
         return await handle.wait(timeout)
 
     async def submit_batch(
-        self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
+        self,
+        jobs: Iterable[JobLike],
+        *,
+        retry_failed: bool = False,
+        batch_id: str | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> AsyncBatch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
+
+        ``priority`` (``high``, ``normal``, ``low``) applies to the jobs that do not
+        name their own: workers take every higher-priority job waiting first, and
+        share themselves between the batches of one priority.
 
         Raises ``InvalidJobError`` (nothing is sent) if any job is invalid. If the
         batch cannot be sent whole, the ``QueueError`` raised says how many jobs
         were queued; its ``not_queued`` and ``batch_id`` say what to send again
         (sending the whole batch again, under the same id, is safe too).
         """
+        try:
+            priority = check_priority(priority)
+        except ValueError as exc:
+            raise InvalidJobError(f"{exc}: nothing was sent") from None
         prepared = [prepare_job(job) for job in jobs]
         first: dict[str, PreparedJob] = {}
         for job in prepared:
             first.setdefault(job.job_id, job)
         batch_id = batch_id or "b-" + uuid.uuid4().hex
         waiter = new_waiter()
-        await self._submit(list(first.values()), waiter, retry_failed, batch_id)
+        await self._submit(list(first.values()), waiter, retry_failed, batch_id, priority)
         return AsyncBatch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     async def get(self, job_id: str) -> JobResult | None:
@@ -190,6 +211,10 @@ class AsyncChalkClient:
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return AsyncBatch(self.store, batch_id, ids, new_waiter(), watching=False)
+
+    async def cancel_batch(self, batch_id: str) -> CancelReport:
+        """Cancel a batch (by anyone): see ``AsyncBatch.cancel``; ``QueueError`` if unknown."""
+        return await (await self.batch(batch_id)).cancel()
 
     async def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import suppress
 
 from chalk_client.async_store import AsyncJobStore
+from chalk_client.cluster.cancel import CancelReport
 from chalk_client.errors import (
     ChalkError,
     QueueUnavailableError,
@@ -235,6 +236,13 @@ class AsyncBatch:
     async def results(self, timeout: float | None = None) -> list[JobResult]:
         """Every job's result in the order the jobs were given, waiting for those unfinished."""
         return await self.wait(timeout)
+
+    async def cancel(self) -> CancelReport:
+        """Cancel the batch: its jobs that have not started never will, those running are
+        stopped (their scripts killed within 2 s), each ending ``cancelled``; results
+        already written stay. A ``wait`` under way returns. Cancelling again, or a
+        finished batch, changes nothing (the report says so)."""
+        return await self._store.cancel_batch(self.id, self.job_ids)
 
     async def summary(self) -> BatchSummary:
         """Counts by status (queued and running included), mean score, failures: as of now."""

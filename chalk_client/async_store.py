@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 
@@ -22,9 +23,18 @@ import redis
 import redis.asyncio
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.cancel import (
+    CancelOutcome,
+    CancelReport,
+    cancelled_result,
+    parse_cancel,
+    queue_cancel,
+    queue_drop_waiting,
+)
 from chalk_client.cluster.replicas import queue_wait, split_wait, with_wait
 from chalk_client.cluster.script import (
     Pipeline,
+    as_int,
     as_list,
     as_text,
     first_error,
@@ -43,7 +53,7 @@ from chalk_client.cluster.submit import (
 )
 from chalk_client.cluster.watch import JobState, parse_states, queue_states, queue_watches
 from chalk_client.errors import QueueUnavailableError
-from chalk_client.jobs import JobResult
+from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, Priority
 from chalk_client.records import PreparedJob, load_result
 from chalk_client.settings import ChalkSettings
 from chalk_client.store_errors import reaching
@@ -91,6 +101,7 @@ class AsyncJobStore:
         messages: Callable[[str], tuple[str, str]] | None,
         retry_failed: bool = False,
         batch_id: str | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> AsyncIterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
         """Record and enqueue ``jobs``, a chunk per round trip; yields each chunk and its replies.
 
@@ -99,7 +110,7 @@ class AsyncJobStore:
         ``messages`` builds each job's broker message (a Redis broker); with
         ``None`` the caller publishes the jobs whose outcome is ``queued`` or
         ``requeued`` itself, then says so (``published``) or gives them back
-        (``release``).
+        (``release``). ``priority`` is the lane of jobs without one of their own.
         """
         settings = self.settings
         if batch_id is not None:
@@ -124,6 +135,7 @@ class AsyncJobStore:
                 messages=messages,
                 retry_failed=retry_failed,
                 batch_id=batch_id,
+                priority=priority,
             )
             replies, short = split_wait(
                 await self._pipeline(partial(with_wait, build, settings), each=True), settings
@@ -243,6 +255,26 @@ class AsyncJobStore:
             replies = await self._pipeline(partial(queue_states, job_ids=part))
             states.extend(parse_states(replies))
         return states
+
+    async def cancel_batch(self, batch_id: str, job_ids: Sequence[str]) -> CancelReport:
+        """Cancel the unfinished jobs of ``batch_id`` (``job_ids``, its ids): drop its waiting
+        messages, give each unfinished job its ``cancelled`` result (workers stop those they
+        run); results already written stay."""
+        settings = self.settings
+        ttl = settings.result_ttl_s
+        dropped = await self._pipeline(
+            partial(queue_drop_waiting, queue=settings.queue, batch_id=batch_id)
+        )
+        outcomes: Counter[CancelOutcome] = Counter()
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), CHUNK):
+            part = unique[start : start + CHUNK]
+            made = {job_id: cancelled_result(job_id, batch_id).model_dump_json() for job_id in part}
+            replies = await self._pipeline(
+                partial(queue_cancel, job_ids=part, result_json=made, ttl_s=ttl)
+            )
+            outcomes.update(parse_cancel(reply) for reply in replies)
+        return CancelReport(batch_id, outcomes, as_int(dropped[0]))
 
     async def queue_length(self) -> int:
         """Messages waiting in the broker queue, when the broker is this Redis."""

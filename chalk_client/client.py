@@ -26,17 +26,19 @@ from contextlib import suppress
 from types import TracebackType
 
 from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.cluster.cancel import CancelReport
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    InvalidJobError,
     NoLiveWorkerError,
     QueueError,
 )
 from chalk_client.handles import Batch, JobHandle
-from chalk_client.jobs import JobResult
+from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, Priority, check_priority
 from chalk_client.records import JobLike, PreparedJob, prepare_job
 from chalk_client.settings import ChalkSettings
 from chalk_client.store import JobStore
@@ -79,7 +81,12 @@ class ChalkClient:
         )
 
     def _submit(
-        self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
+        self,
+        jobs: Sequence[PreparedJob],
+        waiter: str,
+        retry_failed: bool,
+        batch_id: str | None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> None:
         """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
@@ -97,6 +104,7 @@ class ChalkClient:
             else (lambda job_id: queue_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
+            priority=priority,
         )
         try:
             for chunk, replies in chunks:
@@ -149,22 +157,35 @@ class ChalkClient:
         return handle.wait(timeout)
 
     def submit_batch(
-        self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
+        self,
+        jobs: Iterable[JobLike],
+        *,
+        retry_failed: bool = False,
+        batch_id: str | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> Batch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
+
+        ``priority`` (``high``, ``normal``, ``low``) applies to the jobs that do not
+        name their own: workers take every higher-priority job waiting first, and
+        share themselves between the batches of one priority.
 
         Raises ``InvalidJobError`` (nothing is sent) if any job is invalid. If the
         batch cannot be sent whole, the ``QueueError`` raised says how many jobs
         were queued; its ``not_queued`` and ``batch_id`` say what to send again
         (sending the whole batch again, under the same id, is safe too).
         """
+        try:
+            priority = check_priority(priority)
+        except ValueError as exc:
+            raise InvalidJobError(f"{exc}: nothing was sent") from None
         prepared = [prepare_job(job) for job in jobs]
         first: dict[str, PreparedJob] = {}
         for job in prepared:
             first.setdefault(job.job_id, job)
         batch_id = batch_id or "b-" + uuid.uuid4().hex
         waiter = new_waiter()
-        self._submit(list(first.values()), waiter, retry_failed, batch_id)
+        self._submit(list(first.values()), waiter, retry_failed, batch_id, priority)
         return Batch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     def get(self, job_id: str) -> JobResult | None:
@@ -186,6 +207,10 @@ class ChalkClient:
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return Batch(self.store, batch_id, ids, new_waiter(), watching=False)
+
+    def cancel_batch(self, batch_id: str) -> CancelReport:
+        """Cancel a batch (by anyone): see ``Batch.cancel``; ``QueueError`` if unknown."""
+        return (self.batch(batch_id)).cancel()
 
     def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
 
+from chalk_client.cluster.cancel import CancelReport
 from chalk_client.errors import (
     ChalkError,
     QueueUnavailableError,
@@ -230,6 +231,13 @@ class Batch:
     def results(self, timeout: float | None = None) -> list[JobResult]:
         """Every job's result in the order the jobs were given, waiting for those unfinished."""
         return self.wait(timeout)
+
+    def cancel(self) -> CancelReport:
+        """Cancel the batch: its jobs that have not started never will, those running are
+        stopped (their scripts killed within 2 s), each ending ``cancelled``; results
+        already written stay. A ``wait`` under way returns. Cancelling again, or a
+        finished batch, changes nothing (the report says so)."""
+        return self._store.cancel_batch(self.id, self.job_ids)
 
     def summary(self) -> BatchSummary:
         """Counts by status (queued and running included), mean score, failures: as of now."""

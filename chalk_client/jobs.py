@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,6 +16,20 @@ from chalk_client.scoring import Scoring, ZeroCause
 from chalk_client.settings import Limits
 from chalk_client.submission import Submission
 from chalk_client.transcript import JsonData, Transcript, check_json_numbers
+
+Priority = Literal["high", "normal", "low"]
+"""How urgent a job is: a worker takes every ``high`` job waiting before a ``normal`` one,
+and every ``normal`` one before a ``low`` one."""
+PRIORITIES: tuple[Priority, ...] = get_args(Priority)
+DEFAULT_PRIORITY: Priority = "normal"
+
+
+def check_priority(value: object) -> Priority:
+    """``value`` if it is a priority; else ``ValueError`` saying which ones there are."""
+    for priority in PRIORITIES:
+        if value == priority:
+            return priority
+    raise ValueError(f"priority {value!r} is not one of {', '.join(PRIORITIES)}")
 
 
 def _check_relative(paths: list[str]) -> list[str]:
@@ -75,6 +89,9 @@ class ScoringJob(BaseModel):
     """Yours: copied into the result untouched (so JSON values only: no NaN or Infinity)."""
     limits: Limits | None = None
     """Limits for this job, capped by the worker's maxima."""
+    priority: Priority | None = None
+    """This job's priority, over its batch's (``None``: the batch's, ``normal`` by default).
+    Used when the job is queued: it is not kept in the job's record."""
 
     _relative = field_validator("submission_paths")(_check_relative)
 
@@ -109,12 +126,14 @@ class ScoringJob(BaseModel):
 
 
 class JobStatus(StrEnum):
-    """Where a job is: waiting, being scored, scored, or could not be scored."""
+    """Where a job is: waiting, being scored, scored, could not be scored, or cancelled."""
 
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+    """Its batch was cancelled before it finished: it has no verdict."""
 
 
 class JobResult(BaseModel):
@@ -160,5 +179,5 @@ class JobResult(BaseModel):
 
     @property
     def done(self) -> bool:
-        """Whether the job has finished (succeeded or failed)."""
-        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        """Whether the job has finished (succeeded, failed or cancelled)."""
+        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)

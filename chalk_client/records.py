@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from chalk_client.errors import InvalidJobError
-from chalk_client.jobs import JobResult, ScoringJob
+from chalk_client.jobs import JobResult, Priority, ScoringJob
 from chalk_client.submission import Submission
 
 JobLike = ScoringJob | Mapping[str, Any] | str
@@ -39,6 +39,8 @@ class PreparedJob:
     digest: str
     """The submission archive's sha256, or ``""`` for no submission."""
     archive: bytes | None
+    priority: Priority | None = None
+    """The job's own priority, if it has one (its batch's otherwise)."""
 
 
 COMPRESS_AT = 1024
@@ -87,13 +89,13 @@ def prepare_job(job: JobLike) -> PreparedJob:
     scoring_job = as_job(job).with_id()
     assert scoring_job.id is not None
     try:
-        record = scoring_job.model_dump_json(exclude={"submission"})
+        record = scoring_job.model_dump_json(exclude={"submission", "priority"})
         ScoringJob.model_validate_json(record)
     except (ValidationError, ValueError) as exc:
         raise InvalidJobError(f"invalid job {scoring_job.id!r}, refused: {exc}") from exc
     archive = None if scoring_job.submission is None else scoring_job.submission.archive_bytes()
     digest = "" if archive is None else hashlib.sha256(archive).hexdigest()
-    return PreparedJob(scoring_job.id, pack_record(record), digest, archive)
+    return PreparedJob(scoring_job.id, pack_record(record), digest, archive, scoring_job.priority)
 
 
 def load_job(record: bytes | str, archive: bytes | None) -> ScoringJob:

@@ -28,6 +28,8 @@ class BatchSummary:
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+    cancelled: int = 0
+    """Jobs whose batch was cancelled before they finished."""
     unknown: int = 0
     """Jobs with neither a record nor a result: never submitted, or expired."""
     mean_score: float | None = None
@@ -52,13 +54,14 @@ class BatchSummary:
     @property
     def done(self) -> int:
         """Jobs with a result."""
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.cancelled
 
     @property
     def state(self) -> str:
-        """``finished`` when every job has a result, else ``running`` or ``queued``."""
+        """``finished`` (or ``cancelled``) when every job has a result, else ``running`` or
+        ``queued``."""
         if self.done == self.total:
-            return "finished"
+            return "cancelled" if self.cancelled else "finished"
         return "running" if self.running or self.done else "queued"
 
     def render(self) -> str:
@@ -68,7 +71,9 @@ class BatchSummary:
         lines = [
             f"{name}: {self.state}, {self.done}/{self.total} done",
             f"  queued {self.queued}, running {self.running}, succeeded {self.succeeded}, "
-            f"failed {self.failed}" + (f", unknown {self.unknown}" if self.unknown else ""),
+            f"failed {self.failed}"
+            + (f", cancelled {self.cancelled}" if self.cancelled else "")
+            + (f", unknown {self.unknown}" if self.unknown else ""),
             f"  mean score: {mean}",
         ]
         if self.zeros:
@@ -125,7 +130,7 @@ def summarize(
                 zeros[result.cause] += 1
             if result.grader_error and first_grader_error is None:
                 first_grader_error = (job_id, grader_error_message(result))
-        elif len(failures) < FAILURES_KEPT:
+        elif result.status is JobStatus.FAILED and len(failures) < FAILURES_KEPT:
             failures.append((job_id, result.error or "no error recorded"))
     return BatchSummary(
         total=len(job_ids),
@@ -133,6 +138,7 @@ def summarize(
         running=counts[JobStatus.RUNNING],
         succeeded=counts[JobStatus.SUCCEEDED],
         failed=counts[JobStatus.FAILED],
+        cancelled=counts[JobStatus.CANCELLED],
         unknown=unknown,
         mean_score=sum(scores) / len(scores) if scores else None,
         failures=failures,

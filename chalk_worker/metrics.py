@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
@@ -61,6 +61,8 @@ class MessageOutcome(StrEnum):
     """No record of the job (never submitted, or expired): the message was dropped."""
     MALFORMED = "malformed"
     """The message's arguments are not one job id: it was dropped."""
+    CANCELLED = "cancelled"
+    """The job got a result while it ran here (its batch was cancelled): it was stopped."""
     ERROR = "error"
     """Handling it raised (a bug, or Redis gone for good): Celery logs it."""
 
@@ -77,6 +79,17 @@ class _Metrics:
 
         self.jobs = Counter(
             "chalk_jobs", "Jobs this worker scored, by the status of their result.", ["status"]
+        )
+        self.jobs_started = Counter(
+            "chalk_jobs_started",
+            "Jobs this worker started, by priority (high, normal, low).",
+            ["priority"],
+        )
+        self.jobs_waiting = Gauge(
+            "chalk_jobs_waiting",
+            "Jobs waiting in the cluster's queue, by priority, as this worker last looked.",
+            ["priority"],
+            multiprocess_mode="mostrecent",
         )
         self.messages = Counter(
             "chalk_messages",
@@ -174,6 +187,21 @@ def job_scored(result: JobResult) -> None:
     total = result.timings.get("total")
     if total is not None:
         m.job_seconds.observe(total)
+
+
+def job_started(priority: str) -> None:
+    """Count a job this worker started, by its priority."""
+    m = _recorded()
+    if m is not None:
+        m.jobs_started.labels(priority=priority).inc()
+
+
+def jobs_waiting(counts: Mapping[str, int]) -> None:
+    """Set how many jobs wait in the queue, per priority."""
+    m = _recorded()
+    if m is not None:
+        for priority, count in counts.items():
+            m.jobs_waiting.labels(priority=priority).set(count)
 
 
 def message_handled(outcome: MessageOutcome) -> None:

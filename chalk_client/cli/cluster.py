@@ -23,8 +23,9 @@ from chalk_client.cli.progress import ResultSink
 from chalk_client.cli.rescore import clear_results
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
+from chalk_client.cluster.lanes import shares, waiting_lanes
 from chalk_client.extras import require_worker
-from chalk_client.jobs import JobStatus, ScoringJob
+from chalk_client.jobs import DEFAULT_PRIORITY, JobStatus, Priority, ScoringJob
 from chalk_client.settings import ChalkSettings
 from chalk_client.summary import summarize_jobs
 from chalk_client.usage import TokenUsage
@@ -162,11 +163,31 @@ def _job_status(client: ChalkClient, job_id: str) -> int:
     return 0
 
 
+def _waiting_lines(client: ChalkClient, batch_id: str | None = None) -> list[str]:
+    """What waits, by priority and batch, and the share of the workers each batch gets now."""
+    lanes = waiting_lanes(client.store.redis, client.settings.queue)
+    share = shares(lanes)
+    lines = []
+    for lane in lanes:
+        if batch_id is not None and lane.batch != batch_id:
+            continue
+        name = f"batch {lane.batch}" if lane.batch else "jobs sent one at a time"
+        now = share[(lane.priority, lane.batch)]
+        said = f"{now:.0%} of the workers now" if now else "waits for higher priorities"
+        lines.append(f"  {lane.priority:<6} {name}: {lane.waiting} waiting, {said}")
+    if batch_id is None:
+        return ["  waiting, by priority (high first; batches of one priority take turns):"] + (
+            ["  " + line for line in lines] or ["    nothing"]
+        )
+    return lines
+
+
 def _overview(client: ChalkClient) -> int:
     settings = client.settings
     print(f"cluster at {redacted(client.redis_url)}")
     if not settings.broker_url or settings.broker_url == client.redis_url:
         print(f"  queued messages ({settings.queue}): {client.store.queue_length()}")
+        print("\n".join(_waiting_lines(client)))
     print(f"  running jobs: {client.store.running_count()}")
     batches = client.store.recent_batches(RECENT)
     if not batches:
@@ -188,13 +209,18 @@ def run_status(target: str | None) -> int:
         ids = client.store.batch_ids(target)
         if ids:
             summary = summarize_jobs(client.store, ids, target)
-            print("\n".join(filter(None, [summary.render(), eta_line(client, summary)])))
+            lines = [summary.render(), eta_line(client, summary), *_waiting_lines(client, target)]
+            print("\n".join(filter(None, lines)))
             return 0
         return _job_status(client, target)
 
 
 def score_on_cluster(
-    jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool = False
+    jobs: Iterable[ScoringJob],
+    sink: ResultSink,
+    *,
+    rescore: bool = False,
+    priority: Priority = DEFAULT_PRIORITY,
 ) -> None:
     """Submit ``jobs`` to the cluster as one batch; write each result to ``sink`` as it finishes.
 
@@ -209,7 +235,7 @@ def score_on_cluster(
     with ChalkClient() as client:
         if rescore:
             clear_results(client, [job.id for job in todo if job.id is not None])
-        batch = client.submit_batch(todo, retry_failed=True)
+        batch = client.submit_batch(todo, retry_failed=True, priority=priority)
         sink.bar.say(
             f"chalk score: {batch.total} jobs sent to {redacted(client.redis_url)} as batch "
             f"{batch.id} (see `chalk status {batch.id}`)"

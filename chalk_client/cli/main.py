@@ -18,7 +18,7 @@ from chalk_client.cli.progress import ProgressBar, ResultSink, Tally
 from chalk_client.cli.selection import Selection, parse_ids
 from chalk_client.errors import ChalkError, ConfigurationError
 from chalk_client.extras import require_worker
-from chalk_client.jobs import ScoringJob
+from chalk_client.jobs import DEFAULT_PRIORITY, PRIORITIES, ScoringJob
 from chalk_client.rollouts import BadLine, DefaultJudge, ResultsFile, read_rollouts
 from chalk_client.settings import ChalkSettings
 from chalk_client.version import chalk_version
@@ -123,6 +123,15 @@ def _parser() -> argparse.ArgumentParser:
         "--rescore",
         action="store_true",
         help="score again the jobs already scored in --out (e.g. under a new judge)",
+    )
+    score.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default=DEFAULT_PRIORITY,
+        help=(
+            "on the cluster: workers take every high job waiting before a normal one, and "
+            "every normal one before a low one (default: normal; a line's own priority wins)"
+        ),
     )
     for name, text in (
         ("worker", "start a cluster worker (Celery's worker flags pass through)"),
@@ -234,7 +243,7 @@ def _score(args: argparse.Namespace) -> int:
                 )
             from chalk_client.cli.cluster import score_on_cluster  # Redis only when used
 
-            score_on_cluster(todo, sink, rescore=args.rescore)
+            score_on_cluster(todo, sink, rescore=args.rescore, priority=args.priority)
         else:
             asyncio.run(_score_embedded(iter(todo), sink, args.concurrency, settings))
     bar.close()

@@ -1,8 +1,9 @@
-"""The operator's commands of ``chalk``: ``health``, ``purge``, ``retry --failed``.
+"""The operator's commands of ``chalk``: ``health``, ``purge``, ``retry --failed``, ``cancel``.
 
 Each needs the cluster (``CHALK_REDIS_URL``) and returns an exit status:
 ``health`` 0 when the cluster can score and 1 when it cannot (no live worker);
-``purge`` and ``retry`` 0 when done, 2 when refused. An unreachable Redis is
+``purge`` and ``retry`` 0 when done, 2 when refused; ``cancel`` 0 when done
+(nothing left to cancel included), 1 for an unknown batch. An unreachable Redis is
 reported by ``chalk`` itself (status 2).
 """
 
@@ -18,12 +19,12 @@ if TYPE_CHECKING:
     from chalk_client.client import ChalkClient
     from chalk_client.summary import BatchSummary
 
-COMMANDS = ("health", "purge", "retry")
+COMMANDS = ("health", "purge", "retry", "cancel")
 """The subcommands this module adds to ``chalk``."""
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``health``, ``purge`` and ``retry`` to ``chalk``'s subcommands."""
+    """Add ``health``, ``purge``, ``retry`` and ``cancel`` to ``chalk``'s subcommands."""
     commands.add_parser(
         "health",
         help="is the cluster able to score: Redis, queue, live workers and their sandboxes",
@@ -42,11 +43,25 @@ def add_commands(commands: Any) -> None:
     purge.add_argument("--yes", action="store_true", help="do it (without it, nothing is done)")
     retry = commands.add_parser(
         "retry",
-        help="score again the jobs of a batch whose result is failed",
-        description="Send the failed jobs of BATCH again, as a new batch; the rest stay as is.",
+        help="score again the jobs of a batch whose result is failed (or cancelled)",
+        description=(
+            "Send the failed and cancelled jobs of BATCH again, as a new batch; the rest "
+            "stay as is."
+        ),
     )
     retry.add_argument("--failed", metavar="BATCH", required=True, help="the batch to retry")
     retry.add_argument("--wait", action="store_true", help="wait for them and print a summary")
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a batch: its waiting jobs never start, its running ones are stopped",
+        description=(
+            "Cancel BATCH_ID: its jobs that have not started never will, and those running "
+            "are stopped (their scripts killed within 2 s); each ends cancelled. Results "
+            "already written stay; `chalk retry --failed BATCH_ID` scores the cancelled (and "
+            "failed) jobs later."
+        ),
+    )
+    cancel.add_argument("batch", metavar="BATCH_ID", help="the batch to cancel")
 
 
 def _cluster(command: str) -> ChalkClient | None:
@@ -121,7 +136,7 @@ def _retry(client: ChalkClient, args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run ``chalk health``, ``chalk purge`` or ``chalk retry``."""
+    """Run ``chalk health``, ``chalk purge``, ``chalk retry`` or ``chalk cancel``."""
     client = _cluster(args.command)
     if client is None:
         return 2
@@ -130,7 +145,21 @@ def run_command(args: argparse.Namespace) -> int:
             return _health(client)
         if args.command == "purge":
             return _purge(client, args)
+        if args.command == "cancel":
+            return _cancel(client, args.batch)
         return _retry(client, args)
+
+
+def _cancel(client: ChalkClient, batch_id: str) -> int:
+    from chalk_client.errors import QueueError
+
+    try:
+        batch = client.batch(batch_id)
+    except QueueError as exc:
+        print(f"chalk cancel: {exc}", file=sys.stderr)
+        return 1
+    print(batch.cancel().render())
+    return 0
 
 
 def eta_line(client: ChalkClient, summary: BatchSummary) -> str | None:

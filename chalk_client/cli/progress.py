@@ -26,6 +26,7 @@ class Tally:
     """Jobs not scored because ``--out`` already holds their result."""
     succeeded: int = 0
     failed: int = 0
+    cancelled: int = 0
     score_sum: float = 0.0
     zeros: Counter[ZeroCause | None] = field(default_factory=Counter)
     """Succeeded jobs with a cause (zeros, failure verdicts), by cause; ``None``: a zero
@@ -38,7 +39,7 @@ class Tally:
     @property
     def done(self) -> int:
         """Results counted so far (not those skipped as already scored)."""
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.cancelled
 
     @property
     def grader_errors(self) -> int:
@@ -59,6 +60,8 @@ class Tally:
                 self.zeros[result.cause] += 1
             if result.grader_error and self.first_grader_error is None:
                 self.first_grader_error = (result.job_id, grader_error_message(result))
+        elif result.status is JobStatus.CANCELLED:
+            self.cancelled += 1
         else:
             self.failed += 1
             if len(self.failures) < FAILURES_SHOWN:
@@ -71,6 +74,8 @@ class Tally:
         mean = "-" if self.mean_score is None else f"{self.mean_score:.3f}"
         head = f"{self.done}" if self.total is None else f"{self.done}/{self.total}"
         text = f"{head} scored, {self.failed} failed"
+        if self.cancelled:
+            text += f", {self.cancelled} cancelled"
         if self.grader_errors:
             text += f", {plural(self.grader_errors, 'grader error')}"
         text += f", mean score {mean}, {rate:.1f} jobs/s"
@@ -92,7 +97,8 @@ class Tally:
     def summary(self) -> str:
         """The closing report, several lines."""
         lines = [
-            f"Scored {plural(self.done, 'job')}: {self.succeeded} succeeded, {self.failed} failed."
+            f"Scored {plural(self.done, 'job')}: {self.succeeded} succeeded, {self.failed} failed"
+            + (f", {self.cancelled} cancelled." if self.cancelled else ".")
         ]
         if self.skipped:
             lines.append(

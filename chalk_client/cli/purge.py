@@ -5,15 +5,18 @@ so everyone waiting on it wakes up, ``chalk status`` counts it, and ``chalk
 retry --failed BATCH`` (or ``submit(..., retry_failed=True)``) scores it later.
 A job that a worker is scoring, or that has a result, is left alone.
 
-- ``purge_queue`` empties the broker queue: every message is taken (through
-  kombu, so any broker works), its job purged, and the message acknowledged only
-  then; a purge stopped halfway loses nothing (kombu restores what it took).
+- ``purge_queue`` empties the broker queue: every message is taken, its job
+  purged, and the message dropped only then. With Redis as the broker it takes
+  from the lanes as a worker does (``chalk_client.cluster.lanes``); with another
+  broker, through kombu (which restores what it took if the purge stops halfway).
 - ``purge_batch`` purges a batch's jobs where they are: their messages stay in
   the queue, and a worker drops each one when it comes (the job has a result).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,10 +26,12 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from chalk_client.client import ChalkClient
+from chalk_client.cluster import keys
 from chalk_client.cluster.connection import shown_url
-from chalk_client.cluster.messages import task_queue
+from chalk_client.cluster.lanes import queue_take
+from chalk_client.cluster.messages import HeldEntry, task_queue
 from chalk_client.cluster.purge import queue_purge
-from chalk_client.cluster.script import Pipeline, as_text, first_error, run_pipeline
+from chalk_client.cluster.script import Pipeline, as_bytes, as_text, first_error, run_pipeline
 from chalk_client.errors import QueueError, QueueUnavailableError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.store_errors import reaching
@@ -108,6 +113,8 @@ def purge_queue(client: ChalkClient) -> PurgeReport:
     """Empty the broker queue, purging the job of every message in it."""
     settings = client.settings
     broker_url = settings.broker_url or client.redis_url
+    if broker_url == client.redis_url:
+        return _purge_lanes(client)
     outcomes: Counter[str] = Counter()
     taken = 0
     try:
@@ -135,4 +142,35 @@ def purge_queue(client: ChalkClient) -> PurgeReport:
         raise QueueUnavailableError(
             f"cannot reach the broker at {shown_url(broker_url)}: {exc}"
         ) from exc
+    return PurgeReport(outcomes, messages=taken)
+
+
+def _purge_lanes(client: ChalkClient) -> PurgeReport:
+    """Empty a Redis broker's queue: its lanes, as workers take from them, a chunk at a
+    time into a held list of the purge's own, each chunk's jobs purged, then dropped.
+    A purge stopped halfway leaves the taken jobs to the reconciler, which sends them
+    again."""
+    queue = client.settings.queue
+    consumer = keys.consumer_id(queue, f"purge@{socket.gethostname()}", os.getpid(), "p", 0)
+    outcomes: Counter[str] = Counter()
+    taken = 0
+    redis = client.store.redis
+    with reaching(client.redis_url):
+        while True:
+
+            def build(pipe: Pipeline) -> None:
+                for _ in range(CHUNK):
+                    queue_take(pipe, queue, consumer)
+
+            replies = run_pipeline(redis, build)
+            error = first_error(replies)
+            if error is not None:
+                raise error
+            messages = [as_bytes(reply) for reply in replies if reply is not None]
+            if not messages:
+                break
+            taken += len(messages)
+            ids = [entry.job_id for entry in map(HeldEntry.parse, messages) if entry.job_id]
+            outcomes.update(purge_jobs(client, ids))
+            redis.delete(keys.held(consumer))
     return PurgeReport(outcomes, messages=taken)

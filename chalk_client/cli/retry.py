@@ -42,9 +42,11 @@ class RetryReport:
     def render(self) -> str:
         """What ``chalk retry`` prints."""
         if not self.failed:
-            return f"batch {self.batch_id}: no failed job to retry"
+            return f"batch {self.batch_id}: no failed or cancelled job to retry"
         sent = self.retry.total if self.retry is not None else 0
-        lines = [f"batch {self.batch_id}: {self.failed} failed job(s), {sent} sent again"]
+        lines = [
+            f"batch {self.batch_id}: {self.failed} failed or cancelled job(s), {sent} sent again"
+        ]
         if self.retry is not None:
             lines[0] += f" as batch {self.retry.id} (see `chalk status {self.batch_id}`)"
         if self.expired:
@@ -83,7 +85,8 @@ def _rebuild(client: ChalkClient, job_ids: list[str]) -> tuple[list[ScoringJob],
 
 
 def retry_failed(client: ChalkClient, batch_id: str) -> RetryReport:
-    """Send the failed jobs of ``batch_id`` again; ``QueueError`` if the batch is unknown."""
+    """Send the failed (and cancelled) jobs of ``batch_id`` again; ``QueueError`` if the
+    batch is unknown."""
     ids = list(dict.fromkeys(client.store.batch_ids(batch_id)))
     if not ids:
         raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
@@ -91,7 +94,7 @@ def retry_failed(client: ChalkClient, batch_id: str) -> RetryReport:
     failed = [
         job_id
         for job_id, result in zip(ids, results, strict=True)
-        if result is not None and result.status is JobStatus.FAILED
+        if result is not None and result.status in (JobStatus.FAILED, JobStatus.CANCELLED)
     ]
     report = RetryReport(batch_id, failed=len(failed))
     if not failed:

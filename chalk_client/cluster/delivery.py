@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.lanes import WATERMARK
 from chalk_client.cluster.messages import PUSH_HEAD, HeldEntry
 from chalk_client.cluster.script import NOW_MS, Pipeline, Script, queue_script
 
@@ -19,14 +20,17 @@ RECEIVE = Script(
     "receive",
     """
 -- KEYS: job, taken (watermarks)
--- ARGV: task id, consumer, queue
--- A consumer took the job's latest message from the queue. A message pushed at the
--- tail moves the queue's watermark (its push number): every message pushed before it
--- has left the queue too.
-local rec = redis.call('HMGET', KEYS[1], 'task', 'seq', 'head')
+-- ARGV: task id, consumer, queue (if the record names none)
+-- A consumer took the job's latest message from its lane. A message pushed at the
+-- tail moves the lane's watermark (its push number): every message pushed before it
+-- has left the lane too. An emptied lane has no watermark (see lanes.WATERMARK).
+local rec = redis.call('HMGET', KEYS[1], 'task', 'seq', 'head', 'queue')
 if rec[1] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'received', ARGV[1], 'holder', ARGV[2])
-if rec[3] ~= '1' and rec[2] then redis.call('ZADD', KEYS[2], 'GT', rec[2], ARGV[3]) end
+local lane = rec[4] or ARGV[3]
+if rec[3] ~= '1' and rec[2] and redis.call('EXISTS', lane) == 1 then
+  redis.call('ZADD', KEYS[2], 'GT', rec[2], lane)
+end
 return 1
 """,
 )
@@ -202,6 +206,7 @@ def queue_forget_consumer(pipe: Pipeline, consumer: str, *, own: bool) -> None:
 
 
 def queue_watermarks(pipe: Pipeline, taken: dict[str, int]) -> None:
-    """Queue moving each queue's watermark up to the push number of a message taken."""
-    for queue, seq in taken.items():
-        pipe.zadd(keys.TAKEN, {queue: seq}, gt=True)
+    """Queue moving each lane's watermark up to the push number of a message taken."""
+    if taken:
+        args = [part for lane, seq in taken.items() for part in (lane, seq)]
+        queue_script(pipe, WATERMARK, [keys.TAKEN], args)

@@ -28,6 +28,12 @@ key                        type    what it holds
 ``chalk:result:ID``        string  the job's ``JobResult`` as JSON, written once
 ``chalk:running``          zset    job id -> lease deadline (ms, on Redis's clock)
 ``chalk:pending``          zset    unfinished job id -> its last sign of life (ms)
+``chalk:lane:P:N:Q:B``     list    the messages of batch ``B`` waiting at priority ``P`` (0 high,
+                                   1 normal, 2 low) for queue ``Q`` (``N``: its length), taken
+                                   from the head (``RPOP``), new ones pushed at the tail
+``chalk:ring:P:Q``         zset    the lanes of priority ``P`` with waiting messages -> how
+                                   many of their messages workers took: the least served
+                                   lane gives the next message (fair share between batches)
 ``chalk:held:CONSUMER``    list    messages a consumer took from the queue and has not
                                    acknowledged (the reliable-queue pattern: ``BLMOVE``);
                                    ``CONSUMER`` is ``QUEUE@NAME:HOST:PID:TOKEN:N`` (the
@@ -52,10 +58,13 @@ key                        type    what it holds
                                    Redis's clock), for ``CHALK_LLM_CLUSTER_REQUESTS_PER_MINUTE``
 =========================  ======  ==========================================================
 
-The Celery queue itself is a list named after ``CHALK_QUEUE`` (``chalk`` by default):
-new messages are pushed at its tail (``LPUSH``), messages given back or sent again
-at its head (``RPUSH``), and workers take them from the head (``BLMOVE ... RIGHT``).
-kombu's own ``unacked`` keys are used only by consumers of other queues.
+The Celery queue itself is a list named after ``CHALK_QUEUE`` (``chalk`` by default).
+With Redis as the broker it holds one token (``~``) per message waiting in a lane, so
+its length is the backlog (as Flower shows it) and an idle worker blocks on it
+(``BLMOVE``); the messages themselves wait in lanes, by priority and batch, and a
+worker takes the next one by a script (``chalk_client.cluster.lanes``). A message
+pushed straight into the queue's list (Celery's own ``send_task``) is taken as it
+comes. kombu's own ``unacked`` keys are used only by consumers of other queues.
 """
 
 from __future__ import annotations
@@ -79,6 +88,8 @@ PUSHES = PREFIX + "pushes"
 TAKEN = PREFIX + "taken"
 """Sorted set of queues, scored by the push number of the latest tail-pushed message taken."""
 HELD_PREFIX = PREFIX + "held:"
+LANE_PREFIX = PREFIX + "lane:"
+RING_PREFIX = PREFIX + "ring:"
 JOB_PREFIX = PREFIX + "job:"
 BLOBREF_PREFIX = PREFIX + "blobref:"
 WORKER_PREFIX = PREFIX + "worker:"
@@ -135,6 +146,18 @@ def done(waiter: str) -> str:
 def batch(batch_id: str) -> str:
     """A batch's job ids in order."""
     return f"{PREFIX}batch:{batch_id}"
+
+
+def lane(queue: str, rank: int, batch: str) -> str:
+    """The messages of ``batch`` (``""``: jobs sent one at a time) waiting at priority
+    ``rank`` (0 high, 1 normal, 2 low) for ``queue``; ``chalk_client.cluster.lanes``
+    reads the parts back, in Lua, by the queue's length."""
+    return f"{LANE_PREFIX}{rank}:{len(queue)}:{queue}:{batch}"
+
+
+def ring(queue: str, rank: int) -> str:
+    """The lanes of priority ``rank`` with waiting messages for ``queue``, by service."""
+    return f"{RING_PREFIX}{rank}:{queue}"
 
 
 def worker(node: str) -> str:

@@ -65,11 +65,14 @@ if ARGV[8] == '1' and rec[6] == ARGV[6] and rec[8] == '0' and rec[9] then
   seq, queue = rec[7], rec[9]
 end
 local digest = rec[2] or ''
-if digest == '' then return {'start', n, rec[1], 'none', '', seq, queue} end
+local lane = rec[9] or ''
+if digest == '' then return {'start', n, rec[1], 'none', '', seq, queue, lane} end
 local size = redis.call('STRLEN', ARGV[4] .. digest)
-if size == 0 then return {'start', n, rec[1], 'missing', digest, seq, queue} end
-if size > tonumber(ARGV[5]) then return {'start', n, rec[1], 'large', digest, seq, queue} end
-return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[4] .. digest), seq, queue}
+if size == 0 then return {'start', n, rec[1], 'missing', digest, seq, queue, lane} end
+if size > tonumber(ARGV[5]) then
+  return {'start', n, rec[1], 'large', digest, seq, queue, lane}
+end
+return {'start', n, rec[1], 'ok', redis.call('GET', ARGV[4] .. digest), seq, queue, lane}
 """,
 )
 
@@ -248,6 +251,8 @@ class Start:
     taken: tuple[str, int] | None = None
     """The queue and push number of the message taken, when it was the job's latest pushed
     at the queue's tail and no ``RECEIVE`` noted it: the queue's watermark moves to it."""
+    lane: str = ""
+    """The lane its message was sent to (``""``: none, a separate broker)."""
 
 
 @dataclass(frozen=True)
@@ -307,15 +312,16 @@ def parse_start(reply: object) -> Start:
         return Start(outcome, holder=as_text(values[1]))
     if outcome is not StartOutcome.START:
         return Start(outcome)
-    if len(values) != 7:
-        raise UnexpectedReplyError(f"a start script replied {len(values)} values, not 7")
+    if len(values) != 8:
+        raise UnexpectedReplyError(f"a start script replied {len(values)} values, not 8")
     attempts, record = as_int(values[1]), as_bytes(values[2])
     blob = parse_kind(BlobState, values[3])
     seq, queue = as_text(values[5]), as_text(values[6])
     taken = (queue, int(seq)) if seq and queue else None
+    lane = as_text(values[7])
     if blob is BlobState.OK:
-        return Start(outcome, attempts, record, blob, as_bytes(values[4]), taken=taken)
-    return Start(outcome, attempts, record, blob, None, as_text(values[4]), taken=taken)
+        return Start(outcome, attempts, record, blob, as_bytes(values[4]), taken=taken, lane=lane)
+    return Start(outcome, attempts, record, blob, None, as_text(values[4]), taken=taken, lane=lane)
 
 
 def queue_heartbeat(pipe: Pipeline, job_ids: Sequence[str], owner: str, lease_ms: int) -> None:

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 from kombu import Exchange, Queue
 
+from chalk_client.cluster.lanes import ENQUEUE
+
 TASK_NAME = "chalk.score"
 """The one task of the cluster; its only argument is a job id."""
 
@@ -109,17 +111,20 @@ def redis_message(
     )
 
 
-PUSH_HEAD = """
--- Push a job's message at the head of its queue (taken next) and record it as the
+PUSH_HEAD = (
+    ENQUEUE
+    + """
+-- Push a job's message at the head of its lane (taken next) and record it as the
 -- job's latest (numbered from the push counter): a sign of life.
 local function push_head(record, pending, pushes, id, queue, message, task, now)
-  redis.call('RPUSH', queue, message)
+  enqueue(queue, message, true)
   local seq = redis.call('INCR', pushes)
   redis.call('HSET', record, 'task', task, 'pushed', now, 'seq', seq, 'head', '1')
   redis.call('HDEL', record, 'received', 'holder')
   redis.call('ZADD', pending, now, id)
 end
 """
+)
 
 
 @dataclass(frozen=True)

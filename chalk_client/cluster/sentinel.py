@@ -230,10 +230,10 @@ def _agree(found: dict[str, str], key: str, value: str) -> None:
 def connect_sentinel(url: str, **kwargs: Unpack[ConnectionOptions]) -> redis.Redis:
     """A client of the master the sentinels of ``url`` name, following failovers."""
     parsed = SentinelURL.parse(url)
-    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(), **kwargs
     )
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         parsed.master_name, redis_class=redis.Redis, **parsed.master_kwargs()
     )
     return client
@@ -242,7 +242,7 @@ def connect_sentinel(url: str, **kwargs: Unpack[ConnectionOptions]) -> redis.Red
 def connect_sentinel_async(url: str, **kwargs: Unpack[ConnectionOptions]) -> redis.asyncio.Redis:
     """``connect_sentinel`` for asyncio."""
     parsed = SentinelURL.parse(url)
-    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(asynchronous=True), **kwargs
     )
     client: redis.asyncio.Redis = manager.master_for(
@@ -266,10 +266,10 @@ def blocking_pool_async(
 ) -> redis.asyncio.ConnectionPool:
     """An asyncio pool of at most ``max_connections`` to the master ``url`` names."""
     parsed = SentinelURL.parse(url)
-    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_kwargs(asynchronous=True)
     )
-    return BlockingSentinelPool(  # type: ignore[no-untyped-call]
+    return BlockingSentinelPool(  # type: ignore[no-untyped-call, unused-ignore]
         parsed.master_name,
         manager,
         max_connections=max_connections,

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.lanes import ENQUEUE, lane_for
 from chalk_client.cluster.script import Pipeline, Script, as_text, queue_script
+from chalk_client.jobs import DEFAULT_PRIORITY, Priority
 from chalk_client.records import PreparedJob
 from chalk_client.settings import ChalkSettings
 
@@ -21,8 +23,9 @@ CHUNK = 500
 
 SUBMIT = Script(
     "submit",
-    """
--- KEYS: job, result, watchers, broker queue, pending, push counter, blob refs
+    ENQUEUE
+    + """
+-- KEYS: job, result, watchers, lane (or the broker's queue), pending, push counter, blob refs
 -- ARGV: id, job json, blob digest, job ttl, waiter, message (or ''),
 --       retry failed ('1'/'0'), publish ('1': the caller publishes the message itself),
 --       the message's task id, batch id (or ''), blob ttl, blob-ref key prefix
@@ -53,7 +56,7 @@ local function record(attempts, old_digest)
     fields[#fields + 1] = KEYS[4]
   end
   if ARGV[6] ~= '' then
-    redis.call('LPUSH', KEYS[4], ARGV[6])
+    enqueue(KEYS[4], ARGV[6], false)
     local seq = redis.call('INCR', KEYS[6])
     for _, v in ipairs({'task', ARGV[9], 'seq', seq, 'pushed', now, 'head', '0'}) do
       fields[#fields + 1] = v
@@ -87,7 +90,7 @@ local rec = redis.call('HMGET', KEYS[1], 'submitter', 'unpublished', 'blob', 'at
                        'status', 'owner')
 if rec[1] then
   if rec[5] then  -- finished, its record kept (failed, or CHALK_KEEP_JOBS)
-    if ARGV[7] == '1' and rec[5] == 'failed' then
+    if ARGV[7] == '1' and (rec[5] == 'failed' or rec[5] == 'cancelled') then
       return again(rec[4] or 0, rec[3] or '', rec[1])
     end
     watch()
@@ -107,7 +110,7 @@ if rec[1] then
       redis.call('HDEL', KEYS[1], 'unpublished')
       local t = redis.call('TIME')
       local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      redis.call('LPUSH', KEYS[4], ARGV[6])
+      enqueue(KEYS[4], ARGV[6], false)
       local seq = redis.call('INCR', KEYS[6])
       redis.call('HSET', KEYS[1], 'task', ARGV[9], 'seq', seq, 'pushed', now, 'head', '0',
                  'queue', KEYS[4])
@@ -121,7 +124,8 @@ if rec[1] then
 end
 local found = redis.call('GET', KEYS[2])
 if found then
-  if ARGV[7] == '1' and cjson.decode(found)['status'] == 'failed' then
+  local status = ARGV[7] == '1' and cjson.decode(found)['status']
+  if status == 'failed' or status == 'cancelled' then
     return again(0, '', nil)
   end
   redis.call('SADD', KEYS[3], ARGV[5])  -- told of the result of a retry by someone else
@@ -200,10 +204,12 @@ def queue_submit(
     retry_failed: bool,
     publishes: bool = False,
     batch_id: str | None = None,
+    priority: Priority = DEFAULT_PRIORITY,
 ) -> None:
     """Queue the submit script of one job: claim the id, record, enqueue, register the waiter.
 
-    ``message`` is the job's queue message and its task id (a Redis broker).
+    ``message`` is the job's queue message and its task id (a Redis broker), put in
+    the lane of its batch and ``priority`` (the job's own priority, if it has one).
     ``publishes``: the caller sends the message itself (a separate broker), so
     the record stays ``unpublished`` until ``queue_published`` says it went.
     """
@@ -215,7 +221,7 @@ def queue_submit(
             keys.job(job.job_id),
             keys.result(job.job_id),
             keys.watchers(job.job_id),
-            settings.queue,
+            lane_for(settings.queue, job.priority or priority, batch_id),
             keys.PENDING,
             keys.PUSHES,
             keys.blobref(job.digest),
@@ -269,6 +275,7 @@ def queue_submit_chunk(
     messages: Callable[[str], tuple[str, str]] | None,
     retry_failed: bool,
     batch_id: str | None = None,
+    priority: Priority = DEFAULT_PRIORITY,
 ) -> None:
     """Queue the archives to write (before any job naming them), then each job's submit.
 
@@ -288,6 +295,7 @@ def queue_submit_chunk(
             retry_failed=retry_failed,
             publishes=messages is None,
             batch_id=batch_id,
+            priority=priority,
         )
 
 

@@ -1,12 +1,15 @@
 """Chalk's own API: jobs and batches in, results out (``/v1/...``).
 
-- ``POST /v1/jobs``: a ``ScoringJob`` (``{"job_id"}`` back) or a list of them, a
-  batch (``{"batch_id", "job_ids"}`` back, in order); 202 either way.
+- ``POST /v1/jobs``: a ``ScoringJob`` (``{"job_id"}`` back), a list of them (a batch:
+  ``{"batch_id", "job_ids"}`` back, in order), or a ``BatchRequest`` (a batch with its
+  options: ``{"jobs": [...], "priority": "high"}``); 202 either way.
 - ``GET /v1/jobs/{id}``: its ``JobResult`` once it has one, else
   ``{"job_id", "status": "queued" | "running"}``; 404 for a job not known.
 - ``GET /v1/batches/{id}/results``: each result as it finishes, as server-sent
   events (``event: result``, then ``event: end``) or, with ``Accept:
   application/x-ndjson``, one JSON result per line.
+- ``DELETE /v1/batches/{id}``: cancel the batch (its unfinished jobs end
+  ``cancelled``); what it did back, 404 for a batch not known.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
 
 from chalk_client.errors import ResultTimeout
-from chalk_client.jobs import ScoringJob
+from chalk_client.jobs import DEFAULT_PRIORITY, Priority, ScoringJob
 from chalk_client.server.policy import check_job
 from chalk_client.server.problems import Problem
 from chalk_client.server.queues import new_batch_id
@@ -50,13 +54,31 @@ async def _sse(
 router = APIRouter(route_class=StrictJSONRoute, prefix="/v1", tags=["Chalk"])
 
 
+class BatchRequest(BaseModel):
+    """A batch with its options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[ScoringJob]
+    priority: Priority = DEFAULT_PRIORITY
+    """For the jobs that name none: workers take every ``high`` job waiting before a
+    ``normal`` one, and every ``normal`` one before a ``low`` one."""
+
+
 @router.post("/jobs", status_code=202)
 async def submit_jobs(
     request: Request,
-    jobs: Annotated[ScoringJob | list[ScoringJob], Body(description="a job, or a batch")],
+    jobs: Annotated[
+        ScoringJob | list[ScoringJob] | BatchRequest,
+        Body(description="a job, a batch (a list of jobs), or a batch with its options"),
+    ],
 ) -> Response:
-    """Queue one job, or a batch of jobs (a list)."""
+    """Queue one job, or a batch of jobs."""
     state = state_of(request)
+    priority: Priority = DEFAULT_PRIORITY
+    if isinstance(jobs, BatchRequest):
+        priority = jobs.priority
+        jobs = jobs.jobs
     if isinstance(jobs, ScoringJob):
         job = jobs.with_id()
         check_job(job, state.limits)
@@ -75,7 +97,7 @@ async def submit_jobs(
     for job in listed:
         check_job(job, state.limits)
     batch_id = new_batch_id()
-    await state.queue.submit(listed, batch_id)
+    await state.queue.submit(listed, batch_id, priority)
     return json_response({"batch_id": batch_id, "job_ids": [j.id for j in listed]}, 202)
 
 
@@ -113,4 +135,21 @@ async def stream_results(
         _sse(state, batch_id, job_ids, wait, ndjson),
         media_type=NDJSON if ndjson else "text/event-stream",
         headers={"cache-control": "no-cache"},
+    )
+
+
+@router.delete("/batches/{batch_id}")
+async def cancel_batch(request: Request, batch_id: str) -> Response:
+    """Cancel the batch: its jobs that have not started never will, those running are
+    stopped; each ends ``cancelled``. Results already written stay."""
+    report = await state_of(request).queue.cancel(batch_id)
+    if report is None:
+        raise Problem(404, "not found", f"no batch {batch_id!r} here (or it expired)")
+    return json_response(
+        {
+            "batch_id": batch_id,
+            "cancelled": report.cancelled,
+            "jobs": {outcome.value: count for outcome, count in report.outcomes.items()},
+            "message": report.render(),
+        }
     )

@@ -12,21 +12,33 @@ one took.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chalk_client.async_client import AsyncChalkClient
 from chalk_client.async_handles import AsyncJobHandle
+from chalk_client.cluster.cancel import CancelOutcome, CancelReport, cancelled_result
 from chalk_client.errors import QueueError, ResultTimeout
-from chalk_client.jobs import JobResult, JobStatus, ScoringJob
+from chalk_client.jobs import (
+    DEFAULT_PRIORITY,
+    PRIORITIES,
+    JobResult,
+    JobStatus,
+    Priority,
+    ScoringJob,
+)
 from chalk_client.server.settings import ServerSettings
 from chalk_client.settings import ChalkSettings
 from chalk_client.waiting import new_waiter
+
+if TYPE_CHECKING:
+    from chalk_worker.sandbox.stopping import StopSwitch
 
 
 def _size(result: JobResult) -> int:
@@ -51,8 +63,17 @@ class ServerQueue(Protocol):
     where: str
     """``embedded`` or ``cluster``."""
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
-        """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given."""
+    async def submit(
+        self,
+        jobs: Sequence[ScoringJob],
+        batch_id: str | None,
+        priority: Priority = DEFAULT_PRIORITY,
+    ) -> None:
+        """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given, at
+        ``priority`` (for the jobs that name none)."""
+
+    async def cancel(self, batch_id: str) -> CancelReport | None:
+        """Cancel the batch's unfinished jobs; ``None`` for a batch this queue does not know."""
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         """Queue ``job`` and wait for its result; ``ResultTimeout`` after ``timeout`` s."""
@@ -82,10 +103,52 @@ class ServerQueue(Protocol):
 @dataclass
 class _Entry:
     job: ScoringJob
+    priority: Priority = DEFAULT_PRIORITY
     running: bool = False
     size: int = 0
     """Bytes its result holds, roughly (the programs' outputs)."""
     task: asyncio.Task[JobResult] = field(init=False)
+    stop: StopSwitch | None = None
+    """The switch of its run, once it runs (thrown by a cancel)."""
+    inner: concurrent.futures.Future[JobResult] | None = None
+    """Its run on the process's loop, once it runs."""
+    cancelled_by: str | None = None
+    """The batch whose cancel stopped it."""
+
+
+class _PrioritySlots:
+    """``concurrency`` slots, given to the waiting job of highest priority first (in the
+    order they came within a priority)."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiting: dict[int, deque[asyncio.Future[None]]] = {0: deque(), 1: deque(), 2: deque()}
+
+    async def acquire(self, priority: Priority) -> None:
+        if self._free > 0 and not any(self._waiting.values()):
+            self._free -= 1
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting[PRIORITIES.index(priority)]
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # given a slot as it was cancelled: pass it on
+            else:
+                queue.remove(turn)
+            raise
+
+    def release(self) -> None:
+        for rank in (0, 1, 2):
+            queue = self._waiting[rank]
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._free += 1
 
 
 @dataclass
@@ -113,34 +176,50 @@ class EmbeddedQueue:
         self._kept_bytes = 0
         self.concurrency = settings.embedded_concurrency or DEFAULT_CONCURRENCY
         self._memory = _Memory()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: _PrioritySlots | None = None
 
     async def _score(self, entry: _Entry) -> JobResult:
-        from chalk_worker.run.runner import score_job_async, start_in_process
-
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.concurrency)
-        async with self._slots:
-            entry.running = True
-            running = start_in_process(score_job_async(entry.job, settings=self.settings))
-            try:
-                result = await asyncio.wrap_future(running)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # score_job_async turns a job's troubles into results
-                job_id = entry.job.id or ""
-                result = JobResult(job_id=job_id, status=JobStatus.FAILED, error=repr(exc))
+        try:
+            result = await self._run(entry)
+        except asyncio.CancelledError:
+            if entry.cancelled_by is None:
+                raise  # the server stops
+            result = cancelled_result(entry.job.id or "", entry.cancelled_by)
         entry.size = _size(result)
         self._kept_bytes += entry.size
         self._forget_oldest()
         return result
 
-    def _start(self, job: ScoringJob) -> _Entry:
+    async def _run(self, entry: _Entry) -> JobResult:
+        from chalk_worker.run.runner import score_job_async, start_in_process
+        from chalk_worker.sandbox.stopping import StopSwitch
+
+        if self._slots is None:
+            self._slots = _PrioritySlots(self.concurrency)
+        slots = self._slots
+        await slots.acquire(entry.job.priority or entry.priority)
+        try:
+            entry.running = True
+            entry.stop = StopSwitch()
+            entry.inner = start_in_process(
+                score_job_async(entry.job, settings=self.settings, stop=entry.stop)
+            )
+            try:
+                return await asyncio.wrap_future(entry.inner)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # score_job_async turns a job's troubles into results
+                job_id = entry.job.id or ""
+                return JobResult(job_id=job_id, status=JobStatus.FAILED, error=repr(exc))
+        finally:
+            slots.release()
+
+    def _start(self, job: ScoringJob, priority: Priority = DEFAULT_PRIORITY) -> _Entry:
         assert job.id is not None
         known = self._memory.jobs.get(job.id)
         if known is not None:  # the same id is scored once
             return known
-        entry = _Entry(job)
+        entry = _Entry(job, priority)
         entry.task = asyncio.create_task(self._score(entry))
         self._memory.jobs[job.id] = entry
         self._forget_oldest()
@@ -160,11 +239,37 @@ class EmbeddedQueue:
         while len(batches) > self.keep:
             batches.popitem(last=False)
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+    async def submit(
+        self,
+        jobs: Sequence[ScoringJob],
+        batch_id: str | None,
+        priority: Priority = DEFAULT_PRIORITY,
+    ) -> None:
         for job in jobs:
-            self._start(job)
+            self._start(job, priority)
         if batch_id is not None:
             self._memory.batches[batch_id] = [job.id for job in jobs if job.id is not None]
+
+    async def cancel(self, batch_id: str) -> CancelReport | None:
+        job_ids = self._memory.batches.get(batch_id)
+        if job_ids is None:
+            return None
+        outcomes: Counter[CancelOutcome] = Counter()
+        for job_id in dict.fromkeys(job_ids):
+            entry = self._memory.jobs.get(job_id)
+            if entry is None:
+                outcomes[CancelOutcome.MISSING] += 1
+            elif entry.task.done():
+                outcomes[CancelOutcome.DONE] += 1
+            else:
+                outcomes[CancelOutcome.RUNNING if entry.running else CancelOutcome.QUEUED] += 1
+                entry.cancelled_by = batch_id
+                if entry.inner is not None:
+                    entry.inner.cancel()
+                if entry.stop is not None:
+                    threading.Thread(target=entry.stop.throw, daemon=True).start()
+                entry.task.cancel()
+        return CancelReport(batch_id, outcomes)
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         entry = self._start(job)
@@ -256,11 +361,25 @@ class ClusterQueue:
             self._client = AsyncChalkClient(settings=self.settings)
         return self._client
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
-        if batch_id is None and len(jobs) == 1:
+    async def submit(
+        self,
+        jobs: Sequence[ScoringJob],
+        batch_id: str | None,
+        priority: Priority = DEFAULT_PRIORITY,
+    ) -> None:
+        if batch_id is None and len(jobs) == 1 and priority == DEFAULT_PRIORITY:
             await self.client.submit(jobs[0])
         else:
-            await self.client.submit_batch(jobs, batch_id=batch_id or new_batch_id())
+            await self.client.submit_batch(
+                jobs, batch_id=batch_id or new_batch_id(), priority=priority
+            )
+
+    async def cancel(self, batch_id: str) -> CancelReport | None:
+        try:
+            batch = await self.client.batch(batch_id)
+        except QueueError:
+            return None
+        return await batch.cancel()
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         return await self.client.submit_and_wait(job, timeout)

@@ -61,12 +61,17 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
         if self.master_name is None:
             raise ValueError("the 'master_name' transport option must be given")
         kwargs = {key: value for key, value in params.items() if key not in ("host", "port")}
-        return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             self._sentinel_addresses(),
             min_other_sentinels=self.min_other_sentinels,
             sentinel_kwargs=self.sentinel_kwargs,
             **kwargs,
         )
+
+    def _master_name(self) -> str:
+        if self.master_name is None:
+            raise ValueError("the 'master_name' transport option must be given")
+        return self.master_name
 
     def _sentinel_managed_pool(self, asynchronous: bool = False) -> redis.ConnectionPool:
         manager = self._manager(self._connparams(asynchronous))
@@ -74,7 +79,7 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
             self._async_sentinel_manager = manager
         else:
             self._sentinel_manager = manager
-        master: redis.Redis = manager.master_for(self.master_name, redis.Redis)  # type: ignore[no-untyped-call]
+        master: redis.Redis = manager.master_for(self._master_name(), redis.Redis)  # type: ignore[no-untyped-call, unused-ignore]
         return master.connection_pool
 
     @property
@@ -103,8 +108,8 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):  # type: ignore[mis
         with _lock:
             client = _held.get(key)
             if client is None:
-                client = _held[key] = self._manager(params).master_for(  # type: ignore[no-untyped-call]
-                    self.master_name, redis.Redis
+                client = _held[key] = self._manager(params).master_for(  # type: ignore[no-untyped-call, unused-ignore]
+                    self._master_name(), redis.Redis
                 )
             return client
 

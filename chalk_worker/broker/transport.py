@@ -24,10 +24,16 @@
   ``BRPOP`` and records it as unacknowledged in a later round trip: a worker (or
   Redis) dying in between lost it for good, and one dying after left it to the
   visibility timeout (12 h). A channel consuming the Chalk queue
-  (``chalk_queue``) takes each message with ``BLMOVE`` into a held list of its own
-  instead, registered with a liveness deadline; acknowledging removes it from
-  the list, and a dead consumer's list is given back by the other workers
+  (``chalk_queue``) takes each message into a held list of its own instead,
+  registered with a liveness deadline; acknowledging removes it from the list,
+  and a dead consumer's list is given back by the other workers
   (``chalk_worker.cluster.delivery``). A closing channel gives its list back at once.
+- Priorities and fair share. The messages wait in lanes, by priority and batch
+  (``chalk_client.cluster.lanes``); the channel takes the next one with the
+  ``TAKE`` script, which moves it into the held list. When nothing waits, it
+  blocks on the queue's list of tokens (``BLMOVE`` into the held list, as
+  before: a message pushed straight into the queue is taken so) and, woken or
+  timed out, takes again.
 - Celery closes a channel when its connection is lost and then acknowledges or
   gives back messages through it; kombu then built a new connection pool from a
   connection Celery had already dropped and failed (``AttributeError`` on
@@ -51,9 +57,10 @@ import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import loads
-from redis.exceptions import OutOfMemoryError, ReadOnlyError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.lanes import TAKE, TOKEN, take_args
 from chalk_worker.broker.entries import check_envelope, check_task, job_of, why_dropped
 from chalk_worker.broker.qos import RETRY_MAX_S, QoS
 from chalk_worker.cluster import delivery
@@ -131,7 +138,13 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     taken_raw: bytes | None = None
     """The held entry being delivered (for ``QoS.append``)."""
     _sent: str | None = None
-    """The blocking command in flight: ``BLMOVE`` or ``BRPOP``."""
+    """The command in flight: ``TAKE`` (the script), ``BLMOVE`` or ``BRPOP``."""
+    _wait_next = False
+    """Whether the last ``TAKE`` found nothing: block on the queue's tokens next."""
+    _woken = False
+    """Whether the last ``BLMOVE`` moved a token into the held list (``TAKE`` drops it)."""
+    _take_by_text = False
+    """Whether Redis forgot the ``TAKE`` script: send its text (``EVAL``) once."""
     _paused_until = 0.0
     _pause_s = 0.0
     _params: dict[str, Any] | None = None
@@ -184,10 +197,18 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             timeout = self.brpop_timeout
         self._in_poll = self.client.connection
         self._brpop_sent_at = time.monotonic()
-        self._sent = "BLMOVE"
-        self.client.connection.send_command(
-            "BLMOVE", self.chalk_queue, keys.held(self.consumer), "RIGHT", "LEFT", timeout or 0
-        )
+        if self._wait_next:
+            self._sent = "BLMOVE"
+            self.client.connection.send_command(
+                "BLMOVE", self.chalk_queue, keys.held(self.consumer), "RIGHT", "LEFT", timeout or 0
+            )
+            return
+        self._sent = "TAKE"
+        args = take_args(self.chalk_queue, self.consumer, woken=self._woken)
+        if self._take_by_text:
+            self.client.connection.send_command("EVAL", TAKE.text, *args)
+        else:
+            self.client.connection.send_command("EVALSHA", TAKE.sha, *args)
 
     def _registered_consumer(self) -> bool:
         """Register this channel's consumer before its first take (``False``: not yet)."""
@@ -236,8 +257,8 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         self.took_entry = False
         self.taken_raw = None
         try:
-            if self._sent == "BLMOVE":
-                return self._blmove_read(**options)
+            if self._sent in ("BLMOVE", "TAKE"):
+                return self._held_read(**options)
             return bool(super()._brpop_read(**options))
         except Empty:  # kombu's "no entry": the pop timed out
             raise
@@ -256,19 +277,32 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             self.took_entry = False
             self.taken_raw = None
 
-    def _blmove_read(self, **options: object) -> bool:
-        """Read the reply of ``BLMOVE`` and deliver the message it moved to the held list."""
+    def _held_read(self, **options: object) -> bool:
+        """Read the reply of ``TAKE`` or ``BLMOVE``; deliver the message it moved to the
+        held list, or say what to send next (``Empty``: nothing to deliver yet)."""
+        sent = self._sent
         try:
             try:
-                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
+                item = self.client.parse_response(
+                    self.client.connection, "EVALSHA" if sent == "TAKE" else sent, **options
+                )
             except self.connection_errors:
                 self.client.connection.disconnect()
                 raise
             except (OutOfMemoryError, ReadOnlyError) as exc:
                 self._pause(exc, "taking a message from the queue")
                 raise Empty() from None
+            except NoScriptError:
+                self._take_by_text = True  # Redis restarted or flushed its scripts
+                raise Empty() from None
             self._pause_s = 0.0
-            if item is None:
+            if sent == "TAKE":
+                self._take_by_text = self._woken = False
+                self._wait_next = item is None
+            else:  # BLMOVE: woken by a token (or a plain message), or timed out
+                self._wait_next = False
+                self._woken = item is not None and item in (TOKEN, TOKEN.encode())
+            if item is None or self._woken:
                 raise Empty()
             assert self.chalk_queue is not None
             self.taken_raw = item if isinstance(item, bytes) else str(item).encode()

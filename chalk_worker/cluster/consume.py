@@ -13,6 +13,7 @@ with what to do; a start or finish Redis refused has changed nothing.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import shutil
@@ -29,12 +30,14 @@ from pydantic import ValidationError
 from redis.exceptions import ReadOnlyError
 
 from chalk_client.cluster.connection import connect
+from chalk_client.cluster.lanes import priority_of
 from chalk_client.cluster.leases import BlobState, Start, StartOutcome
 from chalk_client.errors import JobFailedError
-from chalk_client.jobs import JobResult, JobStatus
+from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
+from chalk_worker.cluster.cancel import CancelWatch
 from chalk_worker.cluster.delivery import HeldMessages
 from chalk_worker.cluster.keeper import LeaseKeeper, Resender
 from chalk_worker.cluster.leases import LeaseStore, describe_trouble
@@ -42,6 +45,7 @@ from chalk_worker.cluster.reconcile import Reconciler
 from chalk_worker.metrics import MessageOutcome
 from chalk_worker.run.process_loop import process_loop
 from chalk_worker.run.runner import score_job_async
+from chalk_worker.sandbox.stopping import StopSwitch
 from chalk_worker.sandbox.workdirs import make_job_dir
 
 log = logging.getLogger(__name__)
@@ -90,10 +94,13 @@ class WorkerRuntime:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reconciler = Reconciler(self.held_messages, settings, self.owner)
         self._held: set[str] = set()
+        self._running: dict[str, tuple[concurrent.futures.Future[JobResult], StopSwitch]] = {}
         self._taken: dict[str, int] = {}
         self._lock = threading.Lock()
         self.keeper = LeaseKeeper(self, resender)
         self.keeper.start()
+        self.cancel_watch = CancelWatch(self, client)
+        self.cancel_watch.start()
 
     def held(self) -> list[str]:
         """The jobs this process is scoring now."""
@@ -104,8 +111,27 @@ class WorkerRuntime:
         """Stop the keeper and close the connections to Redis (a worker's runtime lives as
         long as its process; this is for code that makes one of its own)."""
         self.keeper.stopped.set()
+        self.cancel_watch.stopped.set()
         self.keeper.join(timeout=10)
+        self.cancel_watch.join(timeout=10)
         self._client.close()
+
+    def running_jobs(self) -> list[str]:
+        """The jobs this process scores now (on its event loop)."""
+        with self._lock:
+            return list(self._running)
+
+    def stop_job(self, job_id: str) -> bool:
+        """Stop scoring ``job_id`` here: its task is cancelled (its LLM calls abandoned) and
+        its scripts killed, in a thread of its own. ``False`` if it was not running."""
+        with self._lock:
+            running = self._running.pop(job_id, None)
+        if running is None:
+            return False
+        future, switch = running
+        cancelled = future.cancel()
+        threading.Thread(target=switch.throw, name=f"chalk-stop-{job_id[:32]}", daemon=True).start()
+        return cancelled
 
     def note_taken(self, queue: str, seq: int) -> None:
         """A message with push number ``seq`` was taken from ``queue`` (see ``take_watermarks``)."""
@@ -176,11 +202,25 @@ class WorkerRuntime:
             return Handled(MessageOutcome.MISSING)
         if start.taken is not None:
             self.note_taken(*start.taken)
+        metrics.job_started(priority_of(start.lane) or DEFAULT_PRIORITY)
+        worker = f"{node}:{os.getpid()}"
+        switch = StopSwitch()
+        future = process_loop().submit(self._score(job_id, start, worker, switch))
         with self._lock:
             self._held.add(job_id)
+            self._running[job_id] = (future, switch)
         try:
-            worker = f"{node}:{os.getpid()}"
-            result = process_loop().run(self._score(job_id, start, worker))
+            try:
+                result = future.result()
+            except concurrent.futures.CancelledError:
+                log.info("job %s was stopped: it has a result (its batch was cancelled)", job_id)
+                return Handled(MessageOutcome.CANCELLED)
+            except BaseException:  # the wait interrupted: the job does not run on for nobody
+                future.cancel()
+                switch.throw()
+                raise
+            with self._lock:
+                self._running.pop(job_id, None)
             written = self.retrying(
                 f"storing the result of job {job_id}",
                 lambda: self.leases.finish(result, self.owner),
@@ -188,6 +228,7 @@ class WorkerRuntime:
         finally:
             with self._lock:
                 self._held.discard(job_id)
+                self._running.pop(job_id, None)
         if not written:
             log.info("job %s already had a result; this run's result is dropped", job_id)
             return Handled(MessageOutcome.DUPLICATE)
@@ -196,7 +237,9 @@ class WorkerRuntime:
             raise JobFailedError(f"job {job_id} failed: {result.error}")
         return Handled(MessageOutcome.SUCCEEDED, result.score)
 
-    async def _score(self, job_id: str, start: Start, worker: str) -> JobResult:
+    async def _score(
+        self, job_id: str, start: Start, worker: str, stop: StopSwitch | None = None
+    ) -> JobResult:
         """The job's result: scored on this process's loop, or ``failed`` if unreadable."""
 
         def failed(error: str) -> JobResult:
@@ -225,7 +268,7 @@ class WorkerRuntime:
             return failed(f"the job's record is for job {job.id!r}, not {job_id!r}")
         if start.blob is not BlobState.LARGE:
             return await score_job_async(
-                job, settings=self.settings, attempts=start.attempts, worker=worker
+                job, settings=self.settings, attempts=start.attempts, worker=worker, stop=stop
             )
         # A large archive goes to disk in pieces and is unpacked from there.
         spool = make_job_dir(self.settings)
@@ -242,6 +285,7 @@ class WorkerRuntime:
                 attempts=start.attempts,
                 worker=worker,
                 archive_file=archive,
+                stop=stop,
             )
         finally:
             await asyncio.to_thread(shutil.rmtree, spool, True)

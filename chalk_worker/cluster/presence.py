@@ -24,8 +24,11 @@ import redis
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.connection import connect, redacted
+from chalk_client.cluster.lanes import waiting_lanes
 from chalk_client.cluster.presence import WorkerPresence
+from chalk_client.jobs import PRIORITIES
 from chalk_client.settings import ChalkSettings
+from chalk_worker import metrics
 from chalk_worker.judges.programs.languages import toolchains
 from chalk_worker.llm.client import configured_api_key, configured_base_url
 from chalk_worker.sandbox import detect_layers
@@ -116,6 +119,10 @@ class PresencePublisher(threading.Thread):
             self.presence.running = len(self.held())
         try:
             self.client.set(self.key, self.presence.model_dump_json(), px=self.ttl_ms)
+            waiting: dict[str, int] = dict.fromkeys(PRIORITIES, 0)
+            for lane in waiting_lanes(self.client, self.presence.queue):
+                waiting[lane.priority] += lane.waiting
+            metrics.jobs_waiting(waiting)
         except redis.RedisError as exc:
             log.debug("could not publish this worker's presence: %s", exc)
 

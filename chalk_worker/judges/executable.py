@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import json
 import logging
 import math
@@ -80,7 +82,8 @@ class ScriptThreads:
                 number = None  # every thread is busy: the call waits for the first free one
         if number is not None:
             self._start(number)
-        self._calls.put((future, call))
+        # The call runs in the caller's context: the job's stop switch goes with it.
+        self._calls.put((future, functools.partial(contextvars.copy_context().run, call)))
         return await future
 
     def _start(self, number: int) -> None:

@@ -38,8 +38,9 @@ from chalk_client.settings import ChalkSettings, ResolvedLimits
 from chalk_worker.judges import JudgeContext, JudgeWaits, LLMBudget, evaluate
 from chalk_worker.judges.tasks_loader import load_task_modules
 from chalk_worker.run.process_loop import process_loop
-from chalk_worker.sandbox import cleanup
+from chalk_worker.sandbox import cleanup, stopping
 from chalk_worker.sandbox.collect import unpack_submission
+from chalk_worker.sandbox.stopping import StopSwitch
 from chalk_worker.sandbox.workdirs import (
     job_dir_name,
     release_idle_areas,
@@ -224,12 +225,26 @@ async def score_job_async(
     attempts: int = 1,
     worker: str | None = None,
     archive_file: Path | None = None,
+    stop: StopSwitch | None = None,
 ) -> JobResult:
     """Score one job in this process's event loop; see ``score_job``.
 
     ``archive_file`` holds the submission on disk instead of ``job.submission``
-    (a worker streams large archives from Redis there).
+    (a worker streams large archives from Redis there). ``stop``: the job's stop
+    switch, which kills its sandboxed runs when thrown (cancel its task too).
     """
+    if stop is not None:  # the job's runs (and the threads they start) see the switch
+        entered = stopping.CURRENT.set(stop)
+        try:
+            return await score_job_async(
+                job,
+                settings=settings,
+                attempts=attempts,
+                worker=worker,
+                archive_file=archive_file,
+            )
+        finally:
+            stopping.CURRENT.reset(entered)
     settings = settings or default_settings()
     job = job.with_id()
     assert job.id is not None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chalk_client.settings import ChalkSettings
-from chalk_worker.sandbox import cleanup, syscalls
+from chalk_worker.sandbox import cleanup, stopping, syscalls
 from chalk_worker.sandbox.bwrap import python_paths
 from chalk_worker.sandbox.cgroups import SlotCgroups
 from chalk_worker.sandbox.direct import kill_everything, run_direct
@@ -144,7 +144,42 @@ class SandboxSession:
                 duration_s=0.0,
                 start_error=f"could not start {argv[0]!r}: not found or not executable",
             )
-        env = {**env, TOKEN_VARIABLE: os.urandom(12).hex()}
+        token = os.urandom(12).hex()
+        env = {**env, TOKEN_VARIABLE: token}
+        switch = stopping.CURRENT.get()
+        if switch is None:
+            return self._run(argv, cwd, env, limits, readonly, python, stdin, conceal)
+        cgroups = self.sandbox.cgroups_for(self.slot) if self.slot is not None else None
+        uid = self.slot.uid if self.slot is not None else None
+        ticket = switch.enter(
+            functools.partial(kill_everything, 0, cgroups, uid, None if uid else token)
+        )
+        if ticket is None:
+            return ProcessOutcome(
+                returncode=None,
+                timed_out=False,
+                stdout="",
+                stderr="",
+                duration_s=0.0,
+                start_error="not started: its job was stopped (cancelled)",
+            )
+        try:
+            return self._run(argv, cwd, env, limits, readonly, python, stdin, conceal)
+        finally:
+            switch.leave(ticket)
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: dict[str, str],
+        limits: ProcessLimits,
+        readonly: Sequence[Path],
+        python: PythonCommand | None,
+        stdin: Path | None,
+        conceal: Sequence[Path],
+    ) -> ProcessOutcome:
+        """``run`` once its job's stop switch (if any) has been entered."""
         if self.slot is not None:
             spec = RunSpec(
                 argv=argv,

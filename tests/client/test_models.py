@@ -247,7 +247,7 @@ def test_job_result_roundtrips_and_reports_its_score():
     assert roundtrip(result) == result
     assert result.score == 0.5 and result.done
     assert JobResult(job_id="j", status="queued").done is False
-    assert {s.value for s in JobStatus} == {"queued", "running", "succeeded", "failed"}
+    assert {s.value for s in JobStatus} == {"queued", "running", "succeeded", "failed", "cancelled"}
 
 
 # DESIGN's parameters by position

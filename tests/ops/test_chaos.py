@@ -6,7 +6,8 @@ Redis with AOF (``appendfsync always``), while the test
 
 - SIGKILLs a worker every few seconds and starts a new one in its place,
 - restarts Redis twice (once with SIGTERM, once with SIGKILL),
-- SIGKILLs the submitting client mid-batch and runs it again with the same ids.
+- SIGKILLs the submitting client mid-batch and runs it again with the same ids,
+  sending every fourth job in a second batch at high priority.
 
 Every job must end with exactly one result, the right score, and no worker
 may exit by itself. A ``chaos_log`` judge in front of each job's own judge
@@ -63,13 +64,19 @@ SUBMITTER = textwrap.dedent(
     jobs = [ScoringJob.model_validate_json(line) for line in open(path)]
     client = ChalkClient(url)
     for start in range(0, len(jobs), 100):
-        while True:
-            try:  # as the docs say: sending again after a QueueError is safe
-                client.submit_batch(jobs[start : start + 100], batch_id=batch)
-                break
-            except QueueError as exc:
-                print("retrying:", exc, file=sys.stderr, flush=True)
-                time.sleep(1.0)
+        chunk = jobs[start : start + 100]
+        # Two batches of different priorities, both running under the chaos.
+        for part, name, priority in (
+            ([j for j in chunk if int(j.id[2:]) % 4 == 0], batch + "-high", "high"),
+            ([j for j in chunk if int(j.id[2:]) % 4], batch, "normal"),
+        ):
+            while True:
+                try:  # as the docs say: sending again after a QueueError is safe
+                    client.submit_batch(part, batch_id=name, priority=priority)
+                    break
+                except QueueError as exc:
+                    print("retrying:", exc, file=sys.stderr, flush=True)
+                    time.sleep(1.0)
         print("submitted", start + 100, flush=True)
     """
 )

@@ -144,14 +144,17 @@ def test_purge_then_retry_only_what_failed(ops_redis, start_worker):
     assert first["m-bad"].status is JobStatus.FAILED
     retried = chalk(url, "retry", "--failed", "b-mixed", "--wait")
     assert retried.returncode == 0, retried.stderr
-    assert "batch b-mixed: 1 failed job(s), 1 sent again as batch b-mixed-retry-" in retried.stdout
+    assert (
+        "batch b-mixed: 1 failed or cancelled job(s), 1 sent again as batch b-mixed-retry-"
+        in retried.stdout
+    )
     after = {r.job_id: r for r in client.batch("b-mixed").results(timeout=10)}
     assert after["m-bad"].attempts == 2  # run again (and failed again: the judge is missing)
     assert after["m-0"] == first["m-0"] and after["m-1"] == first["m-1"]  # untouched
 
     again = chalk(url, "retry", "--failed", "b-purged", "--wait")
     assert again.returncode == 0, again.stderr
-    assert "3 failed job(s), 3 sent again" in again.stdout
+    assert "3 failed or cancelled job(s), 3 sent again" in again.stdout
     assert "succeeded 3, failed 0" in again.stdout
     done = chalk(url, "status", "b-purged")
     assert "batch b-purged: finished, 3/3 done" in done.stdout

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from servers import Server
 from starlette.testclient import TestClient
 
-from chalk_client.jobs import JobResult, JobStatus, ScoringJob
+from chalk_client.cluster.cancel import CancelReport
+from chalk_client.jobs import JobResult, JobStatus, Priority, ScoringJob
 from chalk_client.server.app import create_app
 from chalk_client.server.settings import ServerSettings
 from chalk_client.settings import ChalkSettings
@@ -35,10 +36,15 @@ class RecordingQueue:
     def __init__(self) -> None:
         self.jobs: dict[str, ScoringJob] = {}
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+    async def submit(
+        self, jobs: Sequence[ScoringJob], batch_id: str | None, priority: Priority = "normal"
+    ) -> None:
         for job in jobs:
             assert job.id is not None
             self.jobs[job.id] = job
+
+    async def cancel(self, batch_id: str) -> CancelReport | None:
+        return None
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         await self.submit([job], None)

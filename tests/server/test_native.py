@@ -39,7 +39,7 @@ def _result(client: httpx.Client, job_id: str, timeout: float = 60) -> dict:
         answer = client.get(f"/v1/jobs/{job_id}")
         assert answer.status_code == 200, answer.text
         body = answer.json()
-        if body["status"] in ("succeeded", "failed"):
+        if body["status"] in ("succeeded", "failed", "cancelled"):
             return body
         assert body["status"] in ("queued", "running")
         assert time.monotonic() < deadline, body
@@ -170,3 +170,63 @@ def test_the_embedded_queue_forgets_its_oldest_results_past_its_memory() -> None
     found = asyncio.run(scenario())
     assert found[-1] and not found[0]  # the newest kept, the oldest forgotten
     assert sum(found) <= 5
+
+
+def _slow_tests_job(seconds: int) -> dict[str, Any]:
+    """A tests-judge job whose program sleeps ``seconds`` (its only test)."""
+    code = f"```python\nimport time\ntime.sleep({seconds})\nprint(1)\n```"
+    return {
+        "transcript": {"messages": [{"role": "assistant", "content": code}]},
+        "judge": {
+            "type": "tests",
+            "language": "python",
+            "time_limit_s": seconds * 2,
+            "wall_limit_s": seconds * 2,
+            "tests": [{"stdin": "", "stdout": "1"}],
+        },
+    }
+
+
+def _cancel_on(client: httpx.Client) -> None:
+    """Post a batch of slow programs, cancel it while they run: every job ends cancelled, the
+    stream of results ends, and the server goes on scoring."""
+    batch = client.post("/v1/jobs", json={"jobs": [_slow_tests_job(20)] * 6, "priority": "low"})
+    assert batch.status_code == 202, batch.text
+    ids = batch.json()["job_ids"]
+    batch_id = batch.json()["batch_id"]
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/jobs/{ids[0]}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    answer = client.delete(f"/v1/batches/{batch_id}")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["cancelled"] == 6 and body["jobs"]["running"] >= 1, body
+    lines = client.get(
+        f"/v1/batches/{batch_id}/results", headers={"Accept": "application/x-ndjson"}
+    ).text.splitlines()
+    assert {json.loads(line)["status"] for line in lines} == {"cancelled"}
+    assert len(lines) == 6 and time.monotonic() - started < 10
+    assert _result(client, client.post("/v1/jobs", json=REGEX_JOB).json()["job_id"])["status"] == (
+        "succeeded"
+    )
+    again = client.delete(f"/v1/batches/{batch_id}").json()
+    assert again["cancelled"] == 0 and "nothing to cancel" in again["message"]
+    missing = client.delete("/v1/batches/b-never")
+    assert missing.status_code == 404 and missing.json()["error"] == "not found"
+
+
+def test_a_batch_is_cancelled_over_http_embedded(server: Server) -> None:
+    with server.client() as client:
+        _cancel_on(client)
+
+
+def test_a_batch_is_cancelled_over_http_on_the_cluster(
+    start_server: ServerFactory, start_worker: WorkerFactory, redis_url: str
+) -> None:
+    start_worker(redis_url, concurrency=4)
+    with start_server(env={"CHALK_REDIS_URL": redis_url}).client() as client:
+        _cancel_on(client)
+        bad = client.post("/v1/jobs", json={"jobs": [REGEX_JOB], "priority": "urgent"})
+        assert bad.status_code == 422 and "priority" in bad.json()["detail"]

@@ -272,7 +272,9 @@ def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
 ):
     sent: list[ScoringJob] = []
 
-    def fake_cluster(jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool) -> None:
+    def fake_cluster(
+        jobs: Iterable[ScoringJob], sink: ResultSink, *, rescore: bool, priority: str
+    ) -> None:
         for job in jobs:
             prepare_job(job)  # what ChalkClient.submit_batch does first: it must not refuse
             sent.append(job)

@@ -24,6 +24,7 @@ from chalk_client import (
     ScoringJob,
     Submission,
 )
+from chalk_client.cluster.lanes import waiting_messages
 from chalk_client.errors import NoLiveWorkerError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, RegexJudge
 
@@ -161,8 +162,8 @@ def test_messages_carry_only_the_job_id_and_submissions_are_stored_once(redis_ur
     ]
     idle.submit_batch(jobs)
     store = redis.Redis.from_url(redis_url)
-    messages = [json.loads(raw) for raw in store.lrange(queue, 0, -1)]
-    assert len(messages) == 5
+    messages = [json.loads(raw) for raw in waiting_messages(store, queue)]
+    assert len(messages) == 5 and store.llen(queue) == 5  # a token per message
     for message in messages:
         assert len(json.dumps(message)) < 2000
         args, kwargs, _ = json.loads(base64.b64decode(message["body"]))

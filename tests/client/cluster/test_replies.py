@@ -6,6 +6,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from chalk_client.cluster.delivery import RestoreAnswer
+from chalk_client.cluster.lanes import priority_of
 from chalk_client.cluster.leases import (
     BlobState,
     RequeueAnswer,
@@ -24,12 +25,14 @@ from chalk_client.errors import QueueError, UnexpectedReplyError
 
 
 def test_start_replies_become_typed_outcomes():
-    started = parse_start([b"start", 2, b"{}", b"large", b"abc123", b"7", b"chalk"])
+    lane = b"chalk:lane:0:5:chalk:b-1"
+    started = parse_start([b"start", 2, b"{}", b"large", b"abc123", b"7", lane, lane])
     assert started.outcome is StartOutcome.START and started.attempts == 2
     assert started.blob is BlobState.LARGE and started.digest == "abc123"
-    assert started.archive is None and started.taken == ("chalk", 7)
+    assert started.archive is None and started.taken == (lane.decode(), 7)
+    assert priority_of(started.lane) == "high" and priority_of("chalk") is None
 
-    inline = parse_start([b"start", 1, b"{}", b"ok", b"ARCHIVE", b"", b""])
+    inline = parse_start([b"start", 1, b"{}", b"ok", b"ARCHIVE", b"", b"", b""])
     assert (inline.blob, inline.archive, inline.taken) == (BlobState.OK, b"ARCHIVE", None)
 
     busy = parse_start([b"busy", b"worker-a"])
@@ -49,13 +52,13 @@ def test_an_unknown_start_outcome_is_a_clear_error():
 
 def test_an_unknown_blob_state_or_a_short_start_reply_is_a_clear_error():
     with pytest.raises(UnexpectedReplyError, match="'inline'"):
-        parse_start([b"start", 1, b"{}", b"inline", b"", b"", b""])
-    with pytest.raises(UnexpectedReplyError, match="5 values, not 7"):
+        parse_start([b"start", 1, b"{}", b"inline", b"", b"", b"", b""])
+    with pytest.raises(UnexpectedReplyError, match="5 values, not 8"):
         parse_start([b"start", 1, b"{}", b"none", b""])
     with pytest.raises(UnexpectedReplyError, match="an array"):
         parse_start(b"start")
     with pytest.raises(UnexpectedReplyError, match="an integer"):
-        parse_start([b"start", b"twice", b"{}", b"none", b"", b"", b""])
+        parse_start([b"start", b"twice", b"{}", b"none", b"", b"", b"", b""])
 
 
 def test_an_error_among_the_replies_is_raised_as_itself():

@@ -18,10 +18,12 @@ import fakeredis
 import pytest
 import redis
 from processes import free_port, need, start_redis, stop
+from queueing import take_raw
 
 from chalk_client import ChalkSettings, JobStatus, Message, ScoringJob, Submission, Transcript
 from chalk_client.cluster import keys
 from chalk_client.cluster.finish import queue_finish
+from chalk_client.cluster.lanes import lane_for
 from chalk_client.cluster.leases import (
     Start,
     parse_expired,
@@ -164,12 +166,13 @@ def test_a_held_lease_refuses_a_second_start_until_the_job_is_done(store):
 
 def test_an_expired_lease_is_reaped_and_sent_again_once(store):
     submit(store, job("j1"))
-    assert store.rpop(QUEUE) is not None  # worker-1 takes the message, starts, and dies
+    taken = take_raw(store, QUEUE, f"{QUEUE}@worker-1:host:1:t:1")
+    assert taken is not None  # worker-1 takes the message, starts, and dies
     start(store, "j1", "worker-1", lease_ms=1)
     time.sleep(0.02)
     expired = parse_expired(one(store, queue_reap))
     assert [(lease.job_id, lease.node, lease.queue) for lease in expired] == [
-        ("j1", "worker-1", QUEUE)
+        ("j1", "worker-1", lane_for(QUEUE, "normal", None))
     ]
 
     assert requeue(store, "j1") == "requeued"
@@ -221,7 +224,10 @@ def test_a_job_that_succeeded_leaves_its_result_and_frees_a_shared_archive_last(
     submit(store, first)
     submit(store, second)
     assert store.exists(keys.blob(first.digest))
+    consumer = f"{QUEUE}@worker-1:host:1:t:1"
     for job_id in ("j1", "j2"):
+        assert take_raw(store, QUEUE, consumer) is not None
+        store.delete(keys.held(consumer))  # acknowledged
         started = start(store, job_id, "worker-1")
         assert (started.blob, started.archive) == ("ok", first.archive)
 

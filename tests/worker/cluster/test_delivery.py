@@ -22,6 +22,7 @@ from collections import Counter
 import pytest
 import redis
 from processes import need, stop, wait_port
+from queueing import drop_waiting, pop_waiting, waiting_messages
 from support import held_count
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
@@ -94,7 +95,7 @@ def test_a_queue_emptied_by_hand_is_filled_again_by_the_reconciler(own_redis_url
     batch = client.submit_batch(jobs, batch_id="b-emptied")
     store = redis.Redis.from_url(url)
     assert store.llen("chalk") == 20
-    store.delete("chalk")  # an operator's mistake: the messages are gone, the records are not
+    drop_waiting(store, "chalk")  # an operator's mistake: the messages are gone, not the records
     worker = start_worker(url, env={"CHALK_RECONCILE_S": "1"})
     results = batch.results(timeout=60)
     assert [r.status for r in results] == [JobStatus.SUCCEEDED] * 20
@@ -110,7 +111,7 @@ def test_a_message_popped_by_something_that_died_is_sent_again(own_redis_url, st
     jobs = [ScoringJob(id=f"p-{i:02d}", judge=AlwaysPassJudge()) for i in range(30)]
     batch = client.submit_batch(jobs)
     store = redis.Redis.from_url(url)
-    popped = store.rpop("chalk")  # the oldest message, taken by a consumer that then died
+    popped = pop_waiting(store, "chalk")  # the oldest message, taken by a consumer that died
     assert isinstance(popped, bytes) and job_of(popped) == "p-00"
     worker = start_worker(url, env={"CHALK_RECONCILE_S": "1"})
     results = batch.results(timeout=60)
@@ -130,10 +131,10 @@ def test_jobs_waiting_in_a_queue_are_left_alone_however_long_they_wait(own_redis
     assert store.llen("parked") == 50  # nothing sent twice
     assert "sent again" not in worker.text()
     # Gone by hand: sent again, once each, to the queue they were sent to.
-    store.delete("parked")
+    drop_waiting(store, "parked")
     wait_until(lambda: store.llen("parked") == 50, 10, "the jobs sent again")
     time.sleep(3.0)
-    assert sorted(job_of(m) for m in store.lrange("parked", 0, -1)) == [
+    assert sorted(job_of(m) for m in waiting_messages(store, "parked")) == [
         f"w-{i:02d}" for i in range(50)
     ]
 

@@ -12,9 +12,11 @@ import json
 import time
 
 import redis
+from queueing import drop_waiting, take_raw, waiting_messages
 
 from chalk_client import ChalkClient, ChalkSettings, JobResult, JobStatus, ScoringJob
 from chalk_client.cluster import keys
+from chalk_client.cluster.lanes import lane_for
 from chalk_client.judges import AlwaysPassJudge
 from chalk_worker.cluster.delivery import HeldEntry, HeldMessages
 from chalk_worker.cluster.leases import LeaseStore
@@ -40,8 +42,9 @@ def setup(url: str, *ids: str) -> tuple[redis.Redis, HeldMessages, LeaseStore]:
 
 
 def take(store: redis.Redis, held: HeldMessages) -> HeldEntry:
-    """What a worker does: BLMOVE the next message into its held list, then note it."""
-    raw = store.blmove(QUEUE, keys.held(CONSUMER), 1, "RIGHT", "LEFT")
+    """What a worker does: take the next message into its held list, then note it."""
+    raw = take_raw(store, QUEUE, CONSUMER)
+    assert raw is not None
     entry = HeldEntry.parse(raw)
     held.receive(entry.job_id, entry.task_id, CONSUMER)
     return entry
@@ -54,7 +57,8 @@ def test_a_taken_message_is_noted_on_its_job_and_moves_the_watermark(own_redis_u
     record = store.hgetall(keys.job("a"))
     assert record[b"received"] == record[b"task"] == entry.task_id.encode()
     assert record[b"holder"] == CONSUMER.encode()
-    assert store.zscore(keys.TAKEN, QUEUE) == float(record[b"seq"])
+    assert store.zscore(keys.TAKEN, record[b"queue"]) == float(record[b"seq"])
+    assert record[b"queue"].decode() == lane_for(QUEUE, "normal", entry.batch)
     assert store.llen(keys.held(CONSUMER)) == 1 and store.llen(QUEUE) == 1
 
 
@@ -73,7 +77,7 @@ def test_giving_back_pushes_at_the_head_only_what_nobody_runs_or_finished(own_re
         "stale": "stale",
     }
     assert store.llen(keys.held(CONSUMER)) == 0
-    assert [job_of(m) for m in store.lrange(QUEUE, 0, -1)] == ["idle"]
+    assert [job_of(m) for m in waiting_messages(store, QUEUE)] == ["idle"]
     new_task = next(task for entry, _, task in outcomes if entry.job_id == "idle")
     assert store.hget(keys.job("idle"), "task") == new_task.encode()
     assert new_task != entries["idle"].task_id
@@ -117,8 +121,8 @@ def test_the_reconciler_sends_again_only_jobs_without_a_message(own_redis_url):
     time.sleep(0.1)  # no sign of life for the grace period
     assert [(s.kind, s.job_id) for s in reconciler.strays()] == [("lost", "lost")]
     assert store.zscore(keys.PENDING, "done") is None  # finished: out of the index
-    store.delete(QUEUE)  # now the one waiting is gone too (by hand)
+    drop_waiting(store, QUEUE)  # now the one waiting is gone too (by hand)
     time.sleep(0.3)  # it waited a while: looked at again after a longer pause
     assert sorted(one.job_id for one in reconciler.run(None)) == ["lost", "waiting"]
-    assert sorted(job_of(m) for m in store.lrange(QUEUE, 0, -1)) == ["lost", "waiting"]
+    assert sorted(job_of(m) for m in waiting_messages(store, QUEUE)) == ["lost", "waiting"]
     assert reconciler.run(None) == []  # the lock: one pass per quarter grace at most

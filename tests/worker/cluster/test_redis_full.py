@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import redis
 from processes import free_port, need, start_redis, stop
+from queueing import drop_waiting, pop_waiting, rename_waiting, waiting_messages
 from support import held_count
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
@@ -71,7 +72,7 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     }
     # The first job's message made due in two seconds: the worker takes it now
     # (into its held list in Redis) and starts the job once Redis is full.
-    message = store.rpop("parked")
+    message = pop_waiting(store, "parked")
     assert job_of(message) == "start-refused"
     raw = json.loads(message)
     raw["headers"]["eta"] = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
@@ -82,7 +83,7 @@ def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scori
     worker.wait_for("is out of memory (maxmemory) while starting job start-refused: free memory")
     # A message waiting while Redis is full: the worker takes nothing until Redis has room
     # (taking it is a write), or, if Redis hands it over, waits to note it was taken.
-    store.rename("parked", "chalk")  # RENAME is not refused: it needs no memory
+    rename_waiting(store, "parked", "chalk")  # RENAME is not refused: it needs no memory
     deadline = time.monotonic() + 30
     while not any(
         f"is out of memory (maxmemory) while {doing}" in worker.text()
@@ -153,7 +154,7 @@ def dead_workers_job(url: str, store: redis.Redis, job_id: str, deadline_ms: flo
     """A job recorded and started by a worker that died: its lease runs out at ``deadline_ms``."""
     with ChalkClient(url, settings=ChalkSettings(queue="parked")) as parked:
         parked.submit(ScoringJob(id=job_id, judge=AlwaysPassJudge()))
-    store.delete("parked")
+    drop_waiting(store, "parked")
     store.zadd(keys.RUNNING, {job_id: deadline_ms})
     store.hset(keys.job(job_id), "owner", "a dead worker")
 
@@ -175,7 +176,7 @@ def test_a_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         store.set("anything", "else")  # Redis was full throughout
     assert store.zcard(keys.RUNNING) == 0
-    assert [job_of(m) for m in store.lrange("parked", 0, -1)] == ["orphan"]  # once
+    assert [job_of(m) for m in waiting_messages(store, "parked")] == ["orphan"]  # once
 
 
 def test_leases_are_renewed_while_redis_is_full(full_redis):
@@ -212,10 +213,10 @@ def test_every_dead_worker_s_job_is_sent_again_while_redis_is_full(full_redis):
     try:
         deadline = time.monotonic() + 10
         while store.llen("parked") < 2:
-            assert time.monotonic() < deadline, store.lrange("parked", 0, -1)
+            assert time.monotonic() < deadline, waiting_messages(store, "parked")
             time.sleep(0.05)
         time.sleep(0.3)
     finally:
         runtime.close()
     assert store.zcard(keys.RUNNING) == 0
-    assert sorted(job_of(m) for m in store.lrange("parked", 0, -1)) == ["orphan-a", "orphan-b"]
+    assert sorted(job_of(m) for m in waiting_messages(store, "parked")) == ["orphan-a", "orphan-b"]
