@@ -31,12 +31,15 @@ from types import TracebackType
 from chalk_client.async_handles import AsyncBatch, AsyncJobHandle
 from chalk_client.async_store import AsyncJobStore
 from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.callbacks import check_callback_url
+from chalk_client.cluster.callbacks import CallbackState
 from chalk_client.cluster.connection import connect_async, redacted
 from chalk_client.cluster.messages import queue_message
 from chalk_client.cluster.presence import WorkerPresence, read_workers_async
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    InvalidCallbackError,
     NoLiveWorkerError,
     QueueError,
 )
@@ -82,7 +85,12 @@ class AsyncChalkClient:
         )
 
     async def _submit(
-        self, jobs: Sequence[PreparedJob], waiter: str, retry_failed: bool, batch_id: str | None
+        self,
+        jobs: Sequence[PreparedJob],
+        waiter: str,
+        retry_failed: bool,
+        batch_id: str | None,
+        callback_url: str | None = None,
     ) -> None:
         """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
@@ -100,6 +108,7 @@ class AsyncChalkClient:
             else (lambda job_id: queue_message(job_id, queue, batch_id)),
             retry_failed=retry_failed,
             batch_id=batch_id,
+            callback_url=callback_url,
         )
         try:
             async for chunk, replies in chunks:
@@ -153,7 +162,12 @@ class AsyncChalkClient:
         return await handle.wait(timeout)
 
     async def submit_batch(
-        self, jobs: Iterable[JobLike], *, retry_failed: bool = False, batch_id: str | None = None
+        self,
+        jobs: Iterable[JobLike],
+        *,
+        retry_failed: bool = False,
+        batch_id: str | None = None,
+        callback_url: str | None = None,
     ) -> AsyncBatch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
 
@@ -161,14 +175,25 @@ class AsyncChalkClient:
         batch cannot be sent whole, the ``QueueError`` raised says how many jobs
         were queued; its ``not_queued`` and ``batch_id`` say what to send again
         (sending the whole batch again, under the same id, is safe too).
+
+        With ``callback_url`` (``http://`` or ``https://``), once every job has a
+        result a worker sends one signed ``POST`` of the batch's summary there,
+        retried until the receiver answers 2xx (``chalk_client.callbacks``). A URL
+        of the wrong form raises ``InvalidCallbackError`` and nothing is sent; the
+        workers send only to hosts the operator allows (``CHALK_CALLBACK_ALLOW``).
+        Sending the batch again with the same URL keeps its one callback.
         """
         prepared = [prepare_job(job) for job in jobs]
+        if callback_url is not None:
+            check_callback_url(callback_url)
+            if not prepared:
+                raise InvalidCallbackError("a batch with a callback_url needs at least one job")
         first: dict[str, PreparedJob] = {}
         for job in prepared:
             first.setdefault(job.job_id, job)
         batch_id = batch_id or "b-" + uuid.uuid4().hex
         waiter = new_waiter()
-        await self._submit(list(first.values()), waiter, retry_failed, batch_id)
+        await self._submit(list(first.values()), waiter, retry_failed, batch_id, callback_url)
         return AsyncBatch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     async def get(self, job_id: str) -> JobResult | None:
@@ -190,6 +215,11 @@ class AsyncChalkClient:
         if not ids:
             raise QueueError(f"no batch {batch_id!r} in the cluster (never submitted, or expired)")
         return AsyncBatch(self.store, batch_id, ids, new_waiter(), watching=False)
+
+    async def batch_callback(self, batch_id: str) -> CallbackState | None:
+        """Where a batch's callback stands (``pending``, ``retrying``, ``delivered``,
+        ``refused``, ``given-up``, with its tries and last error); ``None`` if it has none."""
+        return await self.store.callback_state(batch_id)
 
     async def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""
