@@ -175,6 +175,9 @@ def _overview(client: ChalkClient) -> int:
         ids = client.store.batch_ids(batch_id)
         if ids:  # else expired
             print(summarize_jobs(client.store, ids, batch_id).render())
+            callback = client.batch_callback(batch_id)
+            if callback is not None:
+                print(f"  {callback.describe()}")
     return 0
 
 
@@ -188,7 +191,9 @@ def run_status(target: str | None) -> int:
         ids = client.store.batch_ids(target)
         if ids:
             summary = summarize_jobs(client.store, ids, target)
-            print("\n".join(filter(None, [summary.render(), eta_line(client, summary)])))
+            callback = client.batch_callback(target)
+            shown = callback and f"  {callback.describe()}"
+            print("\n".join(filter(None, [summary.render(), eta_line(client, summary), shown])))
             return 0
         return _job_status(client, target)
 
