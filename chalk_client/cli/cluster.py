@@ -192,7 +192,7 @@ def run_status(target: str | None) -> int:
         if ids:
             summary = summarize_jobs(client.store, ids, target)
             callback = client.batch_callback(target)
-            shown = callback and f"  {callback.describe()}"
+            shown = None if callback is None else f"  {callback.describe()}"
             print("\n".join(filter(None, [summary.render(), eta_line(client, summary), shown])))
             return 0
         return _job_status(client, target)
