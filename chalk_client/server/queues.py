@@ -51,8 +51,11 @@ class ServerQueue(Protocol):
     where: str
     """``embedded`` or ``cluster``."""
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
-        """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given."""
+    async def submit(
+        self, jobs: Sequence[ScoringJob], batch_id: str | None, callback_url: str | None = None
+    ) -> None:
+        """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given, called
+        back at ``callback_url`` once all have a result (a cluster only)."""
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         """Queue ``job`` and wait for its result; ``ResultTimeout`` after ``timeout`` s."""
@@ -160,7 +163,11 @@ class EmbeddedQueue:
         while len(batches) > self.keep:
             batches.popitem(last=False)
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+    async def submit(
+        self, jobs: Sequence[ScoringJob], batch_id: str | None, callback_url: str | None = None
+    ) -> None:
+        if callback_url is not None:  # the routes refuse it first: this queue sends none
+            raise ValueError("the embedded queue sends no callbacks")
         for job in jobs:
             self._start(job)
         if batch_id is not None:
@@ -256,11 +263,15 @@ class ClusterQueue:
             self._client = AsyncChalkClient(settings=self.settings)
         return self._client
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
-        if batch_id is None and len(jobs) == 1:
+    async def submit(
+        self, jobs: Sequence[ScoringJob], batch_id: str | None, callback_url: str | None = None
+    ) -> None:
+        if batch_id is None and len(jobs) == 1 and callback_url is None:
             await self.client.submit(jobs[0])
         else:
-            await self.client.submit_batch(jobs, batch_id=batch_id or new_batch_id())
+            await self.client.submit_batch(
+                jobs, batch_id=batch_id or new_batch_id(), callback_url=callback_url
+            )
 
     async def score(self, job: ScoringJob, timeout: float) -> JobResult:
         return await self.client.submit_and_wait(job, timeout)

@@ -35,7 +35,9 @@ class RecordingQueue:
     def __init__(self) -> None:
         self.jobs: dict[str, ScoringJob] = {}
 
-    async def submit(self, jobs: Sequence[ScoringJob], batch_id: str | None) -> None:
+    async def submit(
+        self, jobs: Sequence[ScoringJob], batch_id: str | None, callback_url: str | None = None
+    ) -> None:
         for job in jobs:
             assert job.id is not None
             self.jobs[job.id] = job
