@@ -83,7 +83,7 @@ does.
 
 Whose environment counts matters on a cluster: the *workers* read the settings
 of scoring (the LLM, the sandbox, the limits) and of sending batch callbacks
-(the callbacks), the client reads those of
+(see [Batch callbacks](../operating/callbacks.md)), the client reads those of
 submitting and waiting. See [Operating a cluster](../operating/index.md).
 
 Lists (`CHALK_ALLOWED_COMMANDS`, `CHALK_SANDBOX_PATHS`, ...) take
