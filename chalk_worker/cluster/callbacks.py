@@ -156,7 +156,13 @@ class CallbackSender(threading.Thread):
                 redact_url(claim.url),
             )
         for claim in reply.claimed:
-            self.send(claim)
+            try:
+                self.send(claim)
+            except redis.RedisError:
+                raise  # the claim lapses: another look (here or elsewhere) sends it
+            except Exception as exc:  # a bug of ours: a failed try, retried, given up in time
+                log.exception("callback of batch %s: unexpected error", claim.batch_id)
+                self._failed(claim, f"unexpected error on the worker: {type(exc).__name__}: {exc}")
         if reply.claimed:
             return 0.0
         return CHECK_S if reply.due_in_s is None else min(reply.due_in_s, CHECK_S)

@@ -349,3 +349,19 @@ def test_finishing_is_found_incrementally_in_bounded_steps(own_redis_url):
         cursors.append(int(client.hget(keys.callback("b-big"), "cursor") or 0))
     assert cursors == [5, 10, 12]
     assert [c.batch_id for c in reply.claimed] == ["b-big"]
+
+
+def test_a_bug_while_sending_is_a_failed_try_not_a_stuck_callback(
+    own_redis_url, make_sender, callback_receiver, monkeypatch
+):
+    import chalk_worker.cluster.callbacks as sending
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("summary broke")
+
+    monkeypatch.setattr(sending, "summarize_jobs", broken)
+    finish(own_redis_url, submit(own_redis_url, "b-bug", 1, callback_receiver.url))
+    make_sender().tick()
+    failed = state(own_redis_url, "b-bug")
+    assert failed.status is CallbackStatus.RETRYING and "summary broke" in failed.last_error
+    assert callback_receiver.requests == []
