@@ -65,9 +65,6 @@ class Outcome(StrEnum):
     """Not sent for want of something on this worker (its secret): tried again, not counted."""
 
 
-ENDED = (CallbackStatus.DELIVERED, CallbackStatus.REFUSED, CallbackStatus.GIVEN_UP)
-"""The states a callback stays in."""
-
 REGISTER = Script(
     "callback-register",
     """
