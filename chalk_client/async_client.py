@@ -31,6 +31,8 @@ from types import TracebackType
 from chalk_client.async_handles import AsyncBatch, AsyncJobHandle
 from chalk_client.async_store import AsyncJobStore
 from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.callbacks import check_callback_url
+from chalk_client.cluster.callbacks import CallbackState
 from chalk_client.cluster.cancel import CancelReport
 from chalk_client.cluster.connection import connect_async, redacted
 from chalk_client.cluster.messages import queue_message
@@ -38,6 +40,7 @@ from chalk_client.cluster.presence import WorkerPresence, read_workers_async
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    InvalidCallbackError,
     InvalidJobError,
     NoLiveWorkerError,
     QueueError,
@@ -90,6 +93,7 @@ class AsyncChalkClient:
         retry_failed: bool,
         batch_id: str | None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> None:
         """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
@@ -108,6 +112,7 @@ class AsyncChalkClient:
             retry_failed=retry_failed,
             batch_id=batch_id,
             priority=priority,
+            callback_url=callback_url,
         )
         try:
             async for chunk, replies in chunks:
@@ -167,6 +172,7 @@ class AsyncChalkClient:
         retry_failed: bool = False,
         batch_id: str | None = None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> AsyncBatch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
 
@@ -178,18 +184,36 @@ class AsyncChalkClient:
         batch cannot be sent whole, the ``QueueError`` raised says how many jobs
         were queued; its ``not_queued`` and ``batch_id`` say what to send again
         (sending the whole batch again, under the same id, is safe too).
+
+        With ``callback_url`` (``http://`` or ``https://``), once every job has a
+        result a worker sends one signed ``POST`` of the batch's summary there,
+        retried until the receiver answers 2xx (``chalk_client.callbacks``). A URL
+        of the wrong form raises ``InvalidCallbackError`` and nothing is sent; the
+        workers send only to hosts the operator allows (``CHALK_CALLBACK_ALLOW``).
+        Sending the batch again with the same URL keeps its one callback.
         """
         try:
             priority = check_priority(priority)
         except ValueError as exc:
             raise InvalidJobError(f"{exc}: nothing was sent") from None
         prepared = [prepare_job(job) for job in jobs]
+        if callback_url is not None:
+            check_callback_url(callback_url)
+            if not prepared:
+                raise InvalidCallbackError("a batch with a callback_url needs at least one job")
         first: dict[str, PreparedJob] = {}
         for job in prepared:
             first.setdefault(job.job_id, job)
         batch_id = batch_id or "b-" + uuid.uuid4().hex
         waiter = new_waiter()
-        await self._submit(list(first.values()), waiter, retry_failed, batch_id, priority)
+        await self._submit(
+            list(first.values()),
+            waiter,
+            retry_failed,
+            batch_id,
+            priority=priority,
+            callback_url=callback_url,
+        )
         return AsyncBatch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     async def get(self, job_id: str) -> JobResult | None:
@@ -215,6 +239,11 @@ class AsyncChalkClient:
     async def cancel_batch(self, batch_id: str) -> CancelReport:
         """Cancel a batch (by anyone): see ``AsyncBatch.cancel``; ``QueueError`` if unknown."""
         return await (await self.batch(batch_id)).cancel()
+
+    async def batch_callback(self, batch_id: str) -> CallbackState | None:
+        """Where a batch's callback stands (``pending``, ``retrying``, ``delivered``,
+        ``refused``, ``given-up``, with its tries and last error); ``None`` if it has none."""
+        return await self.store.callback_state(batch_id)
 
     async def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
@@ -23,6 +24,13 @@ import redis
 import redis.asyncio
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.callbacks import (
+    READ,
+    CallbackState,
+    parse_state,
+    queue_register,
+    read_args,
+)
 from chalk_client.cluster.cancel import (
     CancelOutcome,
     CancelReport,
@@ -38,6 +46,7 @@ from chalk_client.cluster.script import (
     as_list,
     as_text,
     first_error,
+    queue_script,
     run_pipeline_async,
 )
 from chalk_client.cluster.submit import (
@@ -102,6 +111,7 @@ class AsyncJobStore:
         retry_failed: bool = False,
         batch_id: str | None = None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> AsyncIterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
         """Record and enqueue ``jobs``, a chunk per round trip; yields each chunk and its replies.
 
@@ -110,15 +120,21 @@ class AsyncJobStore:
         ``messages`` builds each job's broker message (a Redis broker); with
         ``None`` the caller publishes the jobs whose outcome is ``queued`` or
         ``requeued`` itself, then says so (``published``) or gives them back
-        (``release``). ``priority`` is the lane of jobs without one of their own.
+        (``release``). ``priority`` is the lane of jobs without one of their own. A
+        batch's ``callback_url`` is registered with its id list, before any job is pushed.
         """
         settings = self.settings
         if batch_id is not None:
             listed = set(await self.batch_ids(batch_id))
             ids = [job.job_id for job in jobs if job.job_id not in listed]
-            await self._pipeline(
-                partial(queue_batch_index, batch_id=batch_id, job_ids=ids, settings=settings)
-            )
+
+            def index(pipe: Pipeline) -> None:
+                queue_batch_index(pipe, batch_id=batch_id, job_ids=ids, settings=settings)
+                if callback_url is not None:  # after the ids: the workers see both at once
+                    delivery_id = str(uuid.uuid4())
+                    queue_register(pipe, batch_id, callback_url, delivery_id, settings.result_ttl_s)
+
+            await self._pipeline(index)
         blobs = distinct_blobs(jobs)
         alive = await self._pipeline(
             partial(queue_blob_refresh, digests=list(blobs), settings=settings)
@@ -240,6 +256,11 @@ class AsyncJobStore:
         with reaching(self.url):
             ids = await self.redis.lrange(keys.batch(batch_id), 0, -1)
         return [as_text(i) for i in ids]
+
+    async def callback_state(self, batch_id: str) -> CallbackState | None:
+        """The batch's callback as Redis has it, or ``None`` if it has none."""
+        replies = await self._pipeline(lambda pipe: queue_script(pipe, READ, *read_args(batch_id)))
+        return parse_state(batch_id, replies[0])
 
     async def recent_batches(self, count: int) -> list[str]:
         """The ids of the most recent batches, newest first."""

@@ -26,6 +26,8 @@ from contextlib import suppress
 from types import TracebackType
 
 from chalk_client.broker import KombuPublisher, SubmitLedger
+from chalk_client.callbacks import check_callback_url
+from chalk_client.cluster.callbacks import CallbackState
 from chalk_client.cluster.cancel import CancelReport
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.messages import queue_message
@@ -33,6 +35,7 @@ from chalk_client.cluster.presence import WorkerPresence, read_workers
 from chalk_client.errors import (
     ChalkError,
     ConfigurationError,
+    InvalidCallbackError,
     InvalidJobError,
     NoLiveWorkerError,
     QueueError,
@@ -87,6 +90,7 @@ class ChalkClient:
         retry_failed: bool,
         batch_id: str | None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> None:
         """Record and enqueue ``jobs``; a failure says which of them were not queued."""
         queue = self.settings.queue
@@ -105,6 +109,7 @@ class ChalkClient:
             retry_failed=retry_failed,
             batch_id=batch_id,
             priority=priority,
+            callback_url=callback_url,
         )
         try:
             for chunk, replies in chunks:
@@ -163,6 +168,7 @@ class ChalkClient:
         retry_failed: bool = False,
         batch_id: str | None = None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> Batch:
         """Send many jobs in a few pipelined round trips; every job is validated first.
 
@@ -174,18 +180,36 @@ class ChalkClient:
         batch cannot be sent whole, the ``QueueError`` raised says how many jobs
         were queued; its ``not_queued`` and ``batch_id`` say what to send again
         (sending the whole batch again, under the same id, is safe too).
+
+        With ``callback_url`` (``http://`` or ``https://``), once every job has a
+        result a worker sends one signed ``POST`` of the batch's summary there,
+        retried until the receiver answers 2xx (``chalk_client.callbacks``). A URL
+        of the wrong form raises ``InvalidCallbackError`` and nothing is sent; the
+        workers send only to hosts the operator allows (``CHALK_CALLBACK_ALLOW``).
+        Sending the batch again with the same URL keeps its one callback.
         """
         try:
             priority = check_priority(priority)
         except ValueError as exc:
             raise InvalidJobError(f"{exc}: nothing was sent") from None
         prepared = [prepare_job(job) for job in jobs]
+        if callback_url is not None:
+            check_callback_url(callback_url)
+            if not prepared:
+                raise InvalidCallbackError("a batch with a callback_url needs at least one job")
         first: dict[str, PreparedJob] = {}
         for job in prepared:
             first.setdefault(job.job_id, job)
         batch_id = batch_id or "b-" + uuid.uuid4().hex
         waiter = new_waiter()
-        self._submit(list(first.values()), waiter, retry_failed, batch_id, priority)
+        self._submit(
+            list(first.values()),
+            waiter,
+            retry_failed,
+            batch_id,
+            priority=priority,
+            callback_url=callback_url,
+        )
         return Batch(self.store, batch_id, [job.job_id for job in prepared], waiter)
 
     def get(self, job_id: str) -> JobResult | None:
@@ -211,6 +235,11 @@ class ChalkClient:
     def cancel_batch(self, batch_id: str) -> CancelReport:
         """Cancel a batch (by anyone): see ``Batch.cancel``; ``QueueError`` if unknown."""
         return (self.batch(batch_id)).cancel()
+
+    def batch_callback(self, batch_id: str) -> CallbackState | None:
+        """Where a batch's callback stands (``pending``, ``retrying``, ``delivered``,
+        ``refused``, ``given-up``, with its tries and last error); ``None`` if it has none."""
+        return self.store.callback_state(batch_id)
 
     def batch_summary(self, batch_id: str) -> BatchSummary:
         """Where a batch (by anyone) stands now; raises ``QueueError`` if unknown or expired."""

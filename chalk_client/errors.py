@@ -4,6 +4,9 @@ The tree::
 
     ChalkError
     ├── InvalidJobError            (also a ValueError)
+    ├── CallbackError
+    │   ├── InvalidCallbackError   (also a ValueError) a callback URL no worker can POST to
+    │   └── CallbackRefusedError   its host is not among the addresses the operator allowed
     ├── ConfigurationError
     │   └── MissingExtraError      (also an ImportError) a framework's package is missing
     ├── StudentMisbehaviorError    the student tampered: scores 0, never a crash
@@ -40,6 +43,23 @@ class ChalkError(Exception):
 
 class InvalidJobError(ChalkError, ValueError):
     """Raised when a job, judge or rollout line does not describe something scorable."""
+
+
+class CallbackError(ChalkError):
+    """Raised when a batch's callback cannot be sent where it asks to be."""
+
+
+class InvalidCallbackError(CallbackError, ValueError):
+    """Raised when a callback URL is not one a worker can ``POST`` to (its scheme, its host)."""
+
+
+class CallbackRefusedError(CallbackError):
+    """Raised when a callback URL's host is not allowed by the operator (``CHALK_CALLBACK_ALLOW``).
+
+    Workers send callbacks only to the hosts, addresses and networks listed there
+    (by default, loopback only), so that a batch cannot make them reach into the
+    network they run in.
+    """
 
 
 class ConfigurationError(ChalkError):

@@ -4,11 +4,12 @@ Each concern is a small settings object of its own, each field documented
 where it is defined: ``StoreSettings`` (Redis, the queue, how long things are
 kept, leases), ``LLMSettings`` (the server rubric judges ask and how),
 ``SandboxSettings`` (what scoring scripts may run and see), ``LimitSettings``
-(what one job may use) and ``RunSettings`` (the rest of a worker's or
-``chalk score``'s process). ``ChalkSettings`` is all of them at once, under the
-same names: ``ChalkSettings().lease_s`` reads ``CHALK_LEASE_S``, and a function
-that needs only the LLM settings takes an ``LLMSettings`` (a ``ChalkSettings``
-is one; ``settings.llm`` is the LLM part alone).
+(what one job may use), ``CallbackSettings`` (how workers send batch callbacks)
+and ``RunSettings`` (the rest of a worker's or ``chalk score``'s process).
+``ChalkSettings`` is all of them at once, under the same names:
+``ChalkSettings().lease_s`` reads ``CHALK_LEASE_S``, and a function that needs
+only the LLM settings takes an ``LLMSettings`` (a ``ChalkSettings`` is one;
+``settings.llm`` is the LLM part alone).
 
 Limits have a default and an operator maximum: a job may ask for other limits
 (``ScoringJob.limits``) but never more than the maximum.
@@ -297,11 +298,59 @@ class ProgramSettings(BaseSettings):
     program is not compiled twice; 0 keeps none."""
 
 
+def _allowlist(value: Any) -> Any:
+    from chalk_client.callback_allowlist import CallbackAllowlist
+
+    entries = _split_list(value)
+    if isinstance(entries, list):
+        CallbackAllowlist.parse(str(entry) for entry in entries)  # a bad entry: ValueError
+    return entries
+
+
+class CallbackSettings(BaseSettings):
+    """How workers send batch callbacks: the secret that signs them, where they may go, retries.
+
+    The workers' settings (they send); ``chalk serve`` reads ``CHALK_CALLBACK_ALLOW``
+    too, to refuse at submit a callback URL the workers would refuse.
+    """
+
+    model_config = _CONFIG
+
+    callback_secret: SecretStr | None = None
+    """The key of the callbacks' signatures (``X-Chalk-Signature``: HMAC-SHA256 of the body);
+    the receivers hold it too. Unset: no callback is sent (each waits, logged, until set)."""
+    callback_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.0/8", "::1"]
+    )
+    """Where callbacks may go: host names (exactly), IP addresses and CIDR networks,
+    comma-separated. A host not listed by name must resolve only to listed addresses;
+    by default loopback only. A URL outside it is refused, never sent."""
+    callback_first_delay_s: float = Field(default=1.0, gt=0)
+    """Wait before the first retry of a callback the receiver failed; it doubles (with
+    jitter) at each failure, up to ``CHALK_CALLBACK_MAX_DELAY_S``."""
+    callback_max_delay_s: float = Field(default=3600.0, gt=0)
+    """The longest wait between two tries of one callback: 1 hour."""
+    callback_give_up_s: float = Field(default=86400.0, gt=0)
+    """How long after its batch finished a callback is still tried: 1 day; then it is
+    given up (logged as an error, shown by ``chalk status``)."""
+    callback_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds each step of one try may take (connecting, sending, each read of the
+    answer); a worker's claim on a callback it sends lasts three times this, plus 1 s."""
+
+    _split = field_validator("callback_allow", mode="before")(_allowlist)
+
+
 _Part = TypeVar("_Part", bound=BaseSettings)
 
 
 class ChalkSettings(
-    StoreSettings, LLMSettings, SandboxSettings, LimitSettings, ProgramSettings, RunSettings
+    StoreSettings,
+    LLMSettings,
+    SandboxSettings,
+    LimitSettings,
+    ProgramSettings,
+    CallbackSettings,
+    RunSettings,
 ):
     """Every setting, from ``CHALK_*`` environment variables: the parts above, together."""
 
@@ -336,3 +385,8 @@ class ChalkSettings(
     def programs(self) -> ProgramSettings:
         """The tests judge's settings alone (compiles, outputs, the build cache)."""
         return self._part(ProgramSettings)
+
+    @property
+    def callbacks(self) -> CallbackSettings:
+        """The batch callbacks' settings alone (secret, allowlist, retries)."""
+        return self._part(CallbackSettings)

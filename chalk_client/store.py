@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -20,6 +21,13 @@ from functools import partial
 import redis
 
 from chalk_client.cluster import keys
+from chalk_client.cluster.callbacks import (
+    READ,
+    CallbackState,
+    parse_state,
+    queue_register,
+    read_args,
+)
 from chalk_client.cluster.cancel import (
     CancelOutcome,
     CancelReport,
@@ -35,6 +43,7 @@ from chalk_client.cluster.script import (
     as_list,
     as_text,
     first_error,
+    queue_script,
     run_pipeline,
 )
 from chalk_client.cluster.submit import (
@@ -97,6 +106,7 @@ class JobStore:
         retry_failed: bool = False,
         batch_id: str | None = None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> Iterator[tuple[Sequence[PreparedJob], list[str | Exception]]]:
         """Record and enqueue ``jobs``, a chunk per round trip; yields each chunk and its replies.
 
@@ -105,15 +115,21 @@ class JobStore:
         ``messages`` builds each job's broker message (a Redis broker); with
         ``None`` the caller publishes the jobs whose outcome is ``queued`` or
         ``requeued`` itself, then says so (``published``) or gives them back
-        (``release``). ``priority`` is the lane of jobs without one of their own.
+        (``release``). ``priority`` is the lane of jobs without one of their own. A
+        batch's ``callback_url`` is registered with its id list, before any job is pushed.
         """
         settings = self.settings
         if batch_id is not None:
             listed = set(self.batch_ids(batch_id))
             ids = [job.job_id for job in jobs if job.job_id not in listed]
-            self._pipeline(
-                partial(queue_batch_index, batch_id=batch_id, job_ids=ids, settings=settings)
-            )
+
+            def index(pipe: Pipeline) -> None:
+                queue_batch_index(pipe, batch_id=batch_id, job_ids=ids, settings=settings)
+                if callback_url is not None:  # after the ids: the workers see both at once
+                    delivery_id = str(uuid.uuid4())
+                    queue_register(pipe, batch_id, callback_url, delivery_id, settings.result_ttl_s)
+
+            self._pipeline(index)
         blobs = distinct_blobs(jobs)
         alive = self._pipeline(partial(queue_blob_refresh, digests=list(blobs), settings=settings))
         missing = {digest for digest, kept in zip(blobs, alive, strict=True) if not kept}
@@ -233,6 +249,11 @@ class JobStore:
         with reaching(self.url):
             ids = self.redis.lrange(keys.batch(batch_id), 0, -1)
         return [as_text(i) for i in ids]
+
+    def callback_state(self, batch_id: str) -> CallbackState | None:
+        """The batch's callback as Redis has it, or ``None`` if it has none."""
+        replies = self._pipeline(lambda pipe: queue_script(pipe, READ, *read_args(batch_id)))
+        return parse_state(batch_id, replies[0])
 
     def recent_batches(self, count: int) -> list[str]:
         """The ids of the most recent batches, newest first."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from chalk_client.cluster.watch import JobState
 from chalk_client.jobs import JobResult, JobStatus
@@ -63,6 +64,39 @@ class BatchSummary:
         if self.done == self.total:
             return "cancelled" if self.cancelled else "finished"
         return "running" if self.running or self.done else "queued"
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary as plain JSON values (the ``summary`` of a batch's callback).
+
+        ``counts`` has every status; ``zeros`` counts the zeros by cause (``none``:
+        a zero without a recorded cause); ``failures`` lists the first failed jobs
+        (``failed`` in ``counts`` counts them all); ``cost_usd`` is ``null`` without
+        prices.
+        """
+        grader_error = self.first_grader_error
+        return {
+            "batch_id": self.batch_id,
+            "state": self.state,
+            "total": self.total,
+            "done": self.done,
+            "counts": {
+                "queued": self.queued,
+                "running": self.running,
+                "succeeded": self.succeeded,
+                "failed": self.failed,
+                "cancelled": self.cancelled,
+                "unknown": self.unknown,
+            },
+            "mean_score": self.mean_score,
+            "failures": [{"job_id": job_id, "error": error} for job_id, error in self.failures],
+            "zeros": {str(cause or "none"): count for cause, count in self.zeros.most_common()},
+            "grader_errors": self.grader_errors,
+            "first_grader_error": None
+            if grader_error is None
+            else {"job_id": grader_error[0], "message": grader_error[1]},
+            "tokens": {"prompt": self.tokens.prompt, "completion": self.tokens.completion},
+            "cost_usd": self.cost,
+        }
 
     def render(self) -> str:
         """The summary as ``chalk status`` prints it."""

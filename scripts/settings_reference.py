@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from chalk_client.server.settings import ServerSettings  # noqa: E402
 from chalk_client.settings import (  # noqa: E402  (the project's root, put on the path above)
+    CallbackSettings,
     Limits,
     LimitSettings,
     LLMSettings,
@@ -48,6 +49,7 @@ PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("The sandbox: what scoring scripts may run and see", SandboxSettings),
     ("Limits: what one job may use", LimitSettings),
     ("Programs of tests judges: compiles, outputs, the build cache", ProgramSettings),
+    ("Batch callbacks: the secret, where they may go, retries", CallbackSettings),
     ("The process: task modules, folders, regexes, metrics", RunSettings),
     ("The HTTP API (chalk serve): keys and limits", ServerSettings),
 )
@@ -73,13 +75,15 @@ print(settings.lease_s, settings.llm.llm_max_in_flight)  # -> 5.0 16
 
 `ChalkSettings` holds every setting under the names below (`settings.lease_s`
 reads `CHALK_LEASE_S`). It is made of the parts listed on this page;
-`settings.store`, `settings.llm`, `settings.sandbox`, `settings.limits` and
-`settings.programs` give one part alone, and a function that needs only one part
-takes that part. The tables are generated from the docstrings of
-`chalk_client/settings.py`, so they say what the code does.
+`settings.store`, `settings.llm`, `settings.sandbox`, `settings.limits`,
+`settings.programs` and `settings.callbacks` give one part alone, and a
+function that needs only one part takes that part. The tables are generated
+from the docstrings of `chalk_client/settings.py`, so they say what the code
+does.
 
 Whose environment counts matters on a cluster: the *workers* read the settings
-of scoring (the LLM, the sandbox, the limits), the client reads those of
+of scoring (the LLM, the sandbox, the limits) and of sending batch callbacks
+(see [Batch callbacks](../operating/callbacks.md)), the client reads those of
 submitting and waiting. See [Operating a cluster](../operating/index.md).
 
 Lists (`CHALK_ALLOWED_COMMANDS`, `CHALK_SANDBOX_PATHS`, ...) take
@@ -194,7 +198,9 @@ def value_kind(field: FieldInfo) -> str:
 def _human(name: str, value: int | float) -> str:
     if name.endswith("_s") and value >= 3600 and value % 3600 == 0:
         hours = int(value // 3600)
-        return f" ({hours // 24} days)" if hours % 24 == 0 else f" ({hours} hours)"
+        if hours % 24 == 0:
+            return f" ({hours // 24} day{'s' if hours > 24 else ''})"
+        return f" ({hours} hour{'s' if hours > 1 else ''})"
     if name.endswith("_bytes") and value >= MiB and value % MiB == 0:
         mib = int(value // MiB)
         return f" ({mib // 1024} GiB)" if mib % 1024 == 0 else f" ({mib} MiB)"
@@ -210,6 +216,8 @@ def default_text(name: str, field: FieldInfo) -> str:
         return "unset"
     if value == []:
         return "empty"
+    if isinstance(value, list):
+        return f"`{','.join(map(str, value))}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, int | float):

@@ -7,7 +7,8 @@
   servers a test stops and starts itself (``make_redis``);
 - real ``chalk worker`` processes (``start_worker``, ``shared_worker``) and
   clients of both kinds (``make_client``, ``client``);
-- the cgroup around hostile ``chalk score`` runs (``test_cap``).
+- the cgroup around hostile ``chalk score`` runs (``test_cap``);
+- a receiver of batch callbacks on loopback (``callback_receiver``).
 
 Without redis-server the tests that need it are skipped, except under
 ``CI=true``, where they fail. The processes themselves are in ``processes.py``.
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 import redis
 from both_clients import LoopThread, SyncView
+from callback_receiver import CallbackReceiver
 from processes import (
     RedisServer,
     Worker,
@@ -250,3 +252,11 @@ def make_redis(redis_factory: list[RedisServer], tmp_path: Path):  # type: ignor
 def ops_redis(make_redis) -> RedisServer:  # type: ignore[no-untyped-def]
     """A plain redis-server for this test."""
     return make_redis()
+
+
+@pytest.fixture
+def callback_receiver() -> Iterator[CallbackReceiver]:
+    """An HTTP receiver of batch callbacks on loopback (answers 200 unless told otherwise)."""
+    receiver = CallbackReceiver()
+    yield receiver
+    receiver.close()

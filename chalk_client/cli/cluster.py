@@ -196,6 +196,9 @@ def _overview(client: ChalkClient) -> int:
         ids = client.store.batch_ids(batch_id)
         if ids:  # else expired
             print(summarize_jobs(client.store, ids, batch_id).render())
+            callback = client.batch_callback(batch_id)
+            if callback is not None:
+                print(f"  {callback.describe()}")
     return 0
 
 
@@ -209,8 +212,10 @@ def run_status(target: str | None) -> int:
         ids = client.store.batch_ids(target)
         if ids:
             summary = summarize_jobs(client.store, ids, target)
-            lines = [summary.render(), eta_line(client, summary), *_waiting_lines(client, target)]
-            print("\n".join(filter(None, lines)))
+            callback = client.batch_callback(target)
+            shown = None if callback is None else f"  {callback.describe()}"
+            lines = [summary.render(), eta_line(client, summary), shown]
+            print("\n".join(filter(None, [*lines, *_waiting_lines(client, target)])))
             return 0
         return _job_status(client, target)
 

@@ -2,11 +2,11 @@
 
 Every key (``keys``), every script with the builders that queue it and the
 parsers that read its reply (``submit``, ``watch``, ``leases``, ``finish``,
-``delivery``, ``reconcile``, ``purge``, ``rate``), the queue's message format (``messages``),
-the worker-presence record (``presence``), and the one way to run them
-(``script``: pipelines that reload forgotten scripts). The client's store and
-the worker's leases, deliveries, reconciler, presence and rate limiter are thin
-I/O shells over it.
+``delivery``, ``reconcile``, ``purge``, ``rate``, ``callbacks``), the queue's
+message format (``messages``), the worker-presence record (``presence``), and
+the one way to run them (``script``: pipelines that reload forgotten scripts).
+The client's store and the worker's leases, deliveries, reconciler, presence,
+rate limiter and callback sender are thin I/O shells over it.
 """
 
 from __future__ import annotations

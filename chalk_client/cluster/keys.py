@@ -50,6 +50,21 @@ key                        type    what it holds
 ``chalk:batch:BATCH``      list    a batch's job ids, in the order they were given, each once
                                    (also when the batch is sent again under its id)
 ``chalk:batches``          zset    batch id -> creation time, the most recent kept
+``chalk:callback:BATCH``   hash    a batch's callback (``chalk_client.cluster.callbacks``):
+                                   ``url``, ``delivery`` (its id, the same on every try),
+                                   ``created`` (Redis time, s), ``state`` (``pending``,
+                                   ``retrying``, ``delivered``, ``refused``, ``given-up``),
+                                   ``cursor`` (how many of the batch's ids, from the first,
+                                   have a result), ``finished`` (when all had one, s),
+                                   ``attempts`` (tries that reached the receiver or failed
+                                   to), ``last_error``, ``last_attempt`` (s), ``status``
+                                   (the receiver's last HTTP status), ``delivered`` (when,
+                                   s), ``claim`` (the worker sending it now), ``body`` (the
+                                   JSON sent, made once); kept ``CHALK_RESULT_TTL_S``
+``chalk:callbacks``        zset    batch id -> when its callback is next due (ms, Redis's
+                                   clock): checked, sent or tried again; a claimed one,
+                                   when its claim lapses. Gone once delivered, refused or
+                                   given up
 ``chalk:worker:NODE``      string  a live worker's presence (JSON ``WorkerPresence``: its
                                    sandbox layers, pool, metrics port), with a TTL
 ``chalk:verdict:SHA256``   string  a remembered rubric verdict (JSON ``met``, ``reason``),
@@ -77,6 +92,8 @@ RUNNING = PREFIX + "running"
 """Sorted set of running jobs, scored by lease deadline."""
 BATCHES = PREFIX + "batches"
 """Sorted set of recent batches, scored by creation time."""
+CALLBACKS = PREFIX + "callbacks"
+"""Sorted set of batches whose callback is not done yet, scored by when it is next due."""
 PENDING = PREFIX + "pending"
 """Sorted set of unfinished jobs, scored by when the reconciler next looks at each."""
 CONSUMERS = PREFIX + "consumers"
@@ -95,6 +112,8 @@ BLOBREF_PREFIX = PREFIX + "blobref:"
 WORKER_PREFIX = PREFIX + "worker:"
 BLOB_PREFIX = PREFIX + "blob:"
 RESULT_PREFIX = PREFIX + "result:"
+BATCH_PREFIX = PREFIX + "batch:"
+CALLBACK_PREFIX = PREFIX + "callback:"
 DONE_PREFIX = PREFIX + "done:"
 
 RECENT_BATCHES_KEPT = 1000
@@ -145,7 +164,12 @@ def done(waiter: str) -> str:
 
 def batch(batch_id: str) -> str:
     """A batch's job ids in order."""
-    return f"{PREFIX}batch:{batch_id}"
+    return BATCH_PREFIX + batch_id
+
+
+def callback(batch_id: str) -> str:
+    """A batch's callback: where it goes, how far it got (a hash)."""
+    return CALLBACK_PREFIX + batch_id
 
 
 def lane(queue: str, rank: int, batch: str) -> str:

@@ -1,8 +1,11 @@
 """Chalk's own API: jobs and batches in, results out (``/v1/...``).
 
-- ``POST /v1/jobs``: a ``ScoringJob`` (``{"job_id"}`` back), a list of them (a batch:
-  ``{"batch_id", "job_ids"}`` back, in order), or a ``BatchRequest`` (a batch with its
-  options: ``{"jobs": [...], "priority": "high"}``); 202 either way.
+- ``POST /v1/jobs``: a ``ScoringJob`` (``{"job_id"}`` back) or a list of them, a
+  batch (``{"batch_id", "job_ids"}`` back, in order); 202 either way. A batch
+  with options is an object, ``{"jobs": [...], "priority": "high", "callback_url":
+  URL}`` (a ``JobBatch``): its priority, and where the workers ``POST`` the batch's
+  summary once every job has a result (a cluster only; a URL the operator's
+  ``CHALK_CALLBACK_ALLOW`` does not allow is refused here, 403).
 - ``GET /v1/jobs/{id}``: its ``JobResult`` once it has one, else
   ``{"job_id", "status": "queued" | "running"}``; 404 for a job not known.
 - ``GET /v1/batches/{id}/results``: each result as it finishes, as server-sent
@@ -14,15 +17,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from chalk_client.errors import ResultTimeout
+from chalk_client.callback_allowlist import CallbackAllowlist, check_target
+from chalk_client.errors import CallbackRefusedError, InvalidCallbackError, ResultTimeout
 from chalk_client.jobs import DEFAULT_PRIORITY, Priority, ScoringJob
 from chalk_client.server.policy import check_job
 from chalk_client.server.problems import Problem
@@ -51,39 +56,97 @@ async def _sse(
         yield f"event: end\ndata: {json.dumps(ending)}\n\n".encode()
 
 
-router = APIRouter(route_class=StrictJSONRoute, prefix="/v1", tags=["Chalk"])
-
-
-class BatchRequest(BaseModel):
-    """A batch with its options."""
+class JobBatch(BaseModel):
+    """A batch with options: its jobs, and where to call back once every job has a result."""
 
     model_config = ConfigDict(extra="forbid")
 
-    jobs: list[ScoringJob]
-    priority: Priority = DEFAULT_PRIORITY
-    """For the jobs that name none: workers take every ``high`` job waiting before a
-    ``normal`` one, and every ``normal`` one before a ``low`` one."""
+    jobs: list[ScoringJob] = Field(description="The batch's jobs, in order.")
+    priority: Priority = Field(
+        default=DEFAULT_PRIORITY,
+        description=(
+            "For the jobs that name none: workers take every high job waiting before a "
+            "normal one, and every normal one before a low one; batches of one priority "
+            "take turns."
+        ),
+    )
+    callback_url: str | None = Field(
+        default=None,
+        description=(
+            "Where the workers POST the batch's summary once every job has a result (http or "
+            "https): JSON with delivery_id, batch_id and summary, signed with the header "
+            "X-Chalk-Signature: sha256=HMAC-SHA256(body, CHALK_CALLBACK_SECRET). Retried with "
+            "backoff until a 2xx or a day after the batch finished; one delivery id per "
+            "batch, to de-duplicate by. Only to hosts the operator allows "
+            "(CHALK_CALLBACK_ALLOW); needs a cluster."
+        ),
+    )
+
+
+def _body_kind(body: Any) -> str:
+    if isinstance(body, list):
+        return "list"
+    return "batch" if isinstance(body, dict) and "jobs" in body else "job"
+
+
+Jobs = Annotated[
+    Annotated[ScoringJob, Tag("job")]
+    | Annotated[list[ScoringJob], Tag("list")]
+    | Annotated[JobBatch, Tag("batch")],
+    Discriminator(_body_kind),
+]
+"""What ``POST /v1/jobs`` takes: a job, a list of jobs, or a batch object (``JobBatch``)."""
+
+
+async def _check_callback(state: ServerState, url: str) -> None:
+    """Refuse (422, 403) a callback URL the workers would not send to; resolves its host."""
+    if state.queue.where != "cluster":
+        raise Problem(
+            422,
+            "callbacks need a cluster",
+            "this server scores in its own process, which sends no callbacks: run it with "
+            "CHALK_REDIS_URL (and workers), or stream the results from "
+            "GET /v1/batches/{id}/results",
+        )
+    allowlist = CallbackAllowlist.parse(state.settings.callback_allow)
+    try:
+        await asyncio.to_thread(check_target, url, allowlist)
+    except InvalidCallbackError as exc:
+        raise Problem(422, "invalid callback_url", str(exc)) from None
+    except CallbackRefusedError as exc:
+        raise Problem(403, "callback_url not allowed", str(exc)) from None
+    except OSError as exc:
+        raise Problem(
+            422, "callback_url unreachable", f"its host cannot be resolved: {exc}"
+        ) from None
+
+
+router = APIRouter(route_class=StrictJSONRoute, prefix="/v1", tags=["Chalk"])
 
 
 @router.post("/jobs", status_code=202)
 async def submit_jobs(
     request: Request,
-    jobs: Annotated[
-        ScoringJob | list[ScoringJob] | BatchRequest,
-        Body(description="a job, a batch (a list of jobs), or a batch with its options"),
+    body: Annotated[
+        Jobs,
+        Body(
+            description="a job; a batch: a list of jobs, or an object with its jobs and "
+            "options (priority, callback_url)"
+        ),
     ],
 ) -> Response:
-    """Queue one job, or a batch of jobs."""
+    """Queue one job, or a batch of jobs (a list, or a ``JobBatch`` with its options)."""
     state = state_of(request)
-    priority: Priority = DEFAULT_PRIORITY
-    if isinstance(jobs, BatchRequest):
-        priority = jobs.priority
-        jobs = jobs.jobs
-    if isinstance(jobs, ScoringJob):
-        job = jobs.with_id()
+    if isinstance(body, ScoringJob):
+        job = body.with_id()
         check_job(job, state.limits)
         await state.queue.submit([job], None)
         return json_response({"job_id": job.id}, 202)
+    jobs, priority, callback_url = (
+        (body.jobs, body.priority, body.callback_url)
+        if isinstance(body, JobBatch)
+        else (body, DEFAULT_PRIORITY, None)
+    )
     if not jobs:
         raise Problem(422, "empty batch", "send at least one job")
     if len(jobs) > state.limits.max_batch:
@@ -96,8 +159,10 @@ async def submit_jobs(
     listed = [job.with_id() for job in jobs]
     for job in listed:
         check_job(job, state.limits)
+    if callback_url is not None:
+        await _check_callback(state, callback_url)
     batch_id = new_batch_id()
-    await state.queue.submit(listed, batch_id, priority)
+    await state.queue.submit(listed, batch_id, priority, callback_url)
     return json_response({"batch_id": batch_id, "job_ids": [j.id for j in listed]}, 202)
 
 

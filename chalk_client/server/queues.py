@@ -68,9 +68,11 @@ class ServerQueue(Protocol):
         jobs: Sequence[ScoringJob],
         batch_id: str | None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> None:
         """Queue ``jobs`` (each with an id), as batch ``batch_id`` when one is given, at
-        ``priority`` (for the jobs that name none)."""
+        ``priority`` (for the jobs that name none), called back at ``callback_url`` once
+        all have a result (a cluster only)."""
 
     async def cancel(self, batch_id: str) -> CancelReport | None:
         """Cancel the batch's unfinished jobs; ``None`` for a batch this queue does not know."""
@@ -244,7 +246,10 @@ class EmbeddedQueue:
         jobs: Sequence[ScoringJob],
         batch_id: str | None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> None:
+        if callback_url is not None:  # the routes refuse it first: this queue sends none
+            raise ValueError("the embedded queue sends no callbacks")
         for job in jobs:
             self._start(job, priority)
         if batch_id is not None:
@@ -366,12 +371,21 @@ class ClusterQueue:
         jobs: Sequence[ScoringJob],
         batch_id: str | None,
         priority: Priority = DEFAULT_PRIORITY,
+        callback_url: str | None = None,
     ) -> None:
-        if batch_id is None and len(jobs) == 1 and priority == DEFAULT_PRIORITY:
+        if (
+            batch_id is None
+            and len(jobs) == 1
+            and priority == DEFAULT_PRIORITY
+            and callback_url is None
+        ):
             await self.client.submit(jobs[0])
         else:
             await self.client.submit_batch(
-                jobs, batch_id=batch_id or new_batch_id(), priority=priority
+                jobs,
+                batch_id=batch_id or new_batch_id(),
+                priority=priority,
+                callback_url=callback_url,
             )
 
     async def cancel(self, batch_id: str) -> CancelReport | None:

@@ -37,6 +37,7 @@ from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
+from chalk_worker.cluster.callbacks import CallbackSender
 from chalk_worker.cluster.cancel import CancelWatch
 from chalk_worker.cluster.delivery import HeldMessages
 from chalk_worker.cluster.keeper import LeaseKeeper, Resender
@@ -83,7 +84,9 @@ def message_job_id(args: Sequence[object], kwargs: Mapping[str, object]) -> str 
 
 
 class WorkerRuntime:
-    """One per worker process: the lease store, the held jobs and their keeper."""
+    """One per worker process: the lease store, the held jobs and their keeper; and the
+    sender of batch callbacks, on a thread of its own (a slow receiver never delays the
+    keeper's renewals)."""
 
     def __init__(self, settings: ChalkSettings, url: str, resender: Resender) -> None:
         self.settings = settings
@@ -101,6 +104,8 @@ class WorkerRuntime:
         self.keeper.start()
         self.cancel_watch = CancelWatch(self, client)
         self.cancel_watch.start()
+        self.callbacks = CallbackSender(client, settings, url, self.owner)
+        self.callbacks.start()
 
     def held(self) -> list[str]:
         """The jobs this process is scoring now."""
@@ -108,12 +113,15 @@ class WorkerRuntime:
             return list(self._held)
 
     def close(self) -> None:
-        """Stop the keeper and close the connections to Redis (a worker's runtime lives as
-        long as its process; this is for code that makes one of its own)."""
+        """Stop the keeper and the callback sender and close the connections to Redis (a
+        worker's runtime lives as long as its process; this is for code that makes one of
+        its own)."""
         self.keeper.stopped.set()
         self.cancel_watch.stopped.set()
+        self.callbacks.stop()
         self.keeper.join(timeout=10)
         self.cancel_watch.join(timeout=10)
+        self.callbacks.close()
         self._client.close()
 
     def running_jobs(self) -> list[str]:

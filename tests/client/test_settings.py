@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from chalk_client import ChalkSettings
 from chalk_client.settings import (
+    CallbackSettings,
     LimitSettings,
     LLMSettings,
     ProgramSettings,
@@ -26,6 +27,7 @@ PARTS = (
     SandboxSettings,
     LimitSettings,
     ProgramSettings,
+    CallbackSettings,
     RunSettings,
 )
 

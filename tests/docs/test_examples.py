@@ -11,8 +11,9 @@ The blocks are those of ``README.md``, of every page under ``docs/`` and of
   ``chalk`` command, and every ``python -m`` of this project's modules, is also
   checked against its own argument parser, in blocks that do not run too.
 - ``json``: parsed, and validated by the model of what it is: a judge (it has a
-  ``type``), a job (a ``transcript``), a result (a ``job_id``), or a verdict's
-  metadata (text values).
+  ``type``), a job (a ``transcript``), a result (a ``job_id``), a batch callback's
+  body (a ``delivery_id``: the fields a worker sends), or a verdict's metadata
+  (text values).
 - ``yaml``: parsed; a judge in it is validated.
 - ``text``: output or a synopsis; after ``<!-- output -->`` it must match what the
   block before it printed (``...`` stands for any text, or, alone on a line, for
@@ -52,7 +53,8 @@ from doc_blocks import (
 from pydantic import TypeAdapter
 from servers import ServerFactory
 
-from chalk_client import JobResult, ScoringJob
+from chalk_client import BatchSummary, JobResult, ScoringJob
+from chalk_client.callbacks import callback_body
 from chalk_client.cli.main import _parser
 from chalk_client.judges import JudgeSpec
 from chalk_worker.testing.fake_openai import FakeOpenAI, Seen
@@ -337,9 +339,20 @@ def judges_in(value: Any) -> Iterator[Any]:
             yield from judges_in(item)
 
 
+def check_callback(data: dict[str, Any]) -> None:
+    """A callback body as the docs show it has the fields a worker's has, no others."""
+    summary = BatchSummary(total=1, succeeded=1, mean_score=1.0, batch_id="b-1")
+    sent = json.loads(callback_body("d-1", "b-1", summary, 0.0))
+    assert sorted(data) == sorted(sent), "the body's fields differ from a worker's"
+    assert sorted(data["summary"]) == sorted(sent["summary"]), "the summary's fields differ"
+    assert sorted(data["summary"]["counts"]) == sorted(sent["summary"]["counts"])
+
+
 def check_json(block: Block) -> None:
     data = json.loads(block.code)
-    if isinstance(data, dict) and "type" in data:
+    if isinstance(data, dict) and "delivery_id" in data:
+        check_callback(data)
+    elif isinstance(data, dict) and "type" in data:
         TypeAdapter(JudgeSpec).validate_python(data)
     elif isinstance(data, dict) and "transcript" in data:
         ScoringJob.model_validate(data)

@@ -37,7 +37,11 @@ class RecordingQueue:
         self.jobs: dict[str, ScoringJob] = {}
 
     async def submit(
-        self, jobs: Sequence[ScoringJob], batch_id: str | None, priority: Priority = "normal"
+        self,
+        jobs: Sequence[ScoringJob],
+        batch_id: str | None,
+        priority: Priority = "normal",
+        callback_url: str | None = None,
     ) -> None:
         for job in jobs:
             assert job.id is not None

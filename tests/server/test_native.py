@@ -11,8 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from callback_receiver import CallbackReceiver
 from processes import WorkerFactory
 from servers import Server, ServerFactory
+
+from chalk_client.callbacks import verify_signature
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +94,48 @@ def test_a_bad_job_is_a_422_saying_where(server: Server) -> None:
         assert "judge" in body["detail"]
         assert client.post("/v1/jobs", json=[]).status_code == 422
         assert client.get("/v1/batches/b-none/results").status_code == 404
+
+
+def test_a_batch_object_takes_options_and_the_embedded_queue_refuses_a_callback(
+    server: Server,
+) -> None:
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json={"jobs": [REGEX_JOB]})
+        assert answer.status_code == 202 and len(answer.json()["job_ids"]) == 1
+        refused = client.post(
+            "/v1/jobs", json={"jobs": [REGEX_JOB], "callback_url": "http://127.0.0.1:9/hook"}
+        )
+        assert refused.status_code == 422
+        assert refused.json()["error"] == "callbacks need a cluster"
+        spec = client.get("/openapi.json").json()
+        assert "callback_url" in spec["components"]["schemas"]["JobBatch"]["properties"]
+
+
+def test_a_batch_posted_with_a_callback_url_is_called_back(
+    start_server: ServerFactory,
+    start_worker: WorkerFactory,
+    own_redis_url: str,
+    callback_receiver: CallbackReceiver,
+) -> None:
+    start_worker(own_redis_url, concurrency=4, env={"CHALK_CALLBACK_SECRET": "api-secret"})
+    server = start_server(env={"CHALK_REDIS_URL": own_redis_url})
+    with server.client() as client:
+        for url, status, error in (
+            ("http://10.1.2.3/hook", 403, "callback_url not allowed"),
+            ("ftp://127.0.0.1/hook", 422, "invalid callback_url"),
+        ):
+            refused = client.post("/v1/jobs", json={"jobs": [REGEX_JOB], "callback_url": url})
+            assert (refused.status_code, refused.json()["error"]) == (status, error)
+        answer = client.post(
+            "/v1/jobs", json={"jobs": [REGEX_JOB, TESTS_JOB], "callback_url": callback_receiver.url}
+        )
+        assert answer.status_code == 202
+        batch = answer.json()
+    (request,) = callback_receiver.wait_for(1, timeout=60)
+    assert verify_signature(request.body, request.headers["x-chalk-signature"], "api-secret")
+    body = json.loads(request.body)
+    assert body["batch_id"] == batch["batch_id"]
+    assert body["summary"]["counts"]["succeeded"] == 2 and body["summary"]["mean_score"] == 1.0
 
 
 def test_openapi_and_docs_are_served(server: Server) -> None:
