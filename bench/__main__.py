@@ -35,6 +35,7 @@ BENCHMARKS = (
     "ceiling",
     "replicas",
     "http_api",
+    "sharing",
 )
 
 

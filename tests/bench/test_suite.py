@@ -21,7 +21,10 @@ def test_figures_pass_or_fail_by_their_goal():
     assert "throughput" in text and "1.11" in text and "pass" in text
 
 
-HALVES = ("codegen,batch,submission,http_api", "throughput,latency,sandbox,inprocess,programs")
+HALVES = (
+    "codegen,batch,submission,http_api",
+    "throughput,latency,sandbox,inprocess,programs,sharing",
+)
 """The benchmarks the smoke test runs, in two processes at once (they mostly wait)."""
 
 
@@ -54,6 +57,8 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "codegen",
         "tests judge, 8 languages",
         "/run_code, 32 clients",
+        "batch behind a",
+        "batches at once",
     ):
         assert name in stdout, stdout
 

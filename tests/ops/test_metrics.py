@@ -76,7 +76,8 @@ def test_the_worker_exports_its_own_metrics(ops_redis, start_worker, fake):
         ScoringJob(id="slow", judge=ExecutableJudge(sleeper, timeout_s=1)),
         ScoringJob(id="rubric-1", transcript=say("a report"), judge=RUBRIC),
     ]
-    results = {r.job_id: r for r in client.submit_batch(first).results(timeout=60)}
+    batch = client.submit_batch(first, priority="high")
+    results = {r.job_id: r for r in batch.results(timeout=60)}
     assert results["broken"].status is JobStatus.FAILED
     assert "timed out" in results["slow"].scoring.metadata["error"]
     again = client.submit_and_wait(
@@ -95,6 +96,8 @@ def test_the_worker_exports_its_own_metrics(ops_redis, start_worker, fake):
     assert value("chalk_messages_total", outcome="succeeded") == 4
     assert value("chalk_messages_total", outcome="failed") == 1
     assert value("chalk_messages_in_progress") == 0
+    assert value("chalk_jobs_started_total", priority="high") == 4
+    assert value("chalk_jobs_started_total", priority="normal") == 1
     assert value("chalk_job_duration_seconds_count") == 5
     for judge, count in (("regex", 1), ("custom", 1), ("executable", 1), ("rubric", 2)):
         assert value("chalk_judge_duration_seconds_count", judge=judge) == count, judge
