@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import redis
 from prometheus_client import REGISTRY
 
@@ -21,6 +24,14 @@ WARM_PROBE = (
 def say(*texts: str) -> Transcript:
     """A transcript in which the assistant said each text, in order."""
     return Transcript(messages=[Message(role="assistant", content=text) for text in texts])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait for ``condition()``, checking every 50 ms; fail saying ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def held_count(store: redis.Redis) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.keys import DONE_TTL_S
+from chalk_client.cluster.finish import TELL
 from chalk_client.cluster.lanes import TOKEN, Rank
 from chalk_client.cluster.script import Pipeline, Script, parse_kind, queue_script
 from chalk_client.jobs import JobResult, JobStatus
@@ -44,7 +44,8 @@ return dropped
 
 CANCEL = Script(
     "cancel",
-    """
+    TELL
+    + """
 -- KEYS: result, running, job, pending, watchers
 -- ARGV: id, cancelled result json, result ttl, done-list key prefix
 -- Gives an unfinished job its result, cancelled: 'queued' (it had not started),
@@ -59,19 +60,11 @@ local running = rec[2] and rec[2] ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[1
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
 redis.call('HSET', KEYS[3], 'status', 'cancelled', 'owner', '')
-local function tell(waiter)
-  if redis.call('RPUSH', ARGV[4] .. waiter, ARGV[1]) == 1 then
-    redis.call('EXPIRE', ARGV[4] .. waiter, DONE_TTL_S)
-  end
-end
-if rec[3] then tell(rec[3]) end
-for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-  if waiter ~= rec[3] then tell(waiter) end
-end
-redis.call('DEL', KEYS[5])
+if rec[3] then tell(ARGV[4], rec[3], ARGV[1]) end
+tell_watchers(ARGV[4], KEYS[5], rec[3], ARGV[1])
 if running then return 'running' end
 return 'queued'
-""".replace("DONE_TTL_S", str(DONE_TTL_S)),
+""",
 )
 
 

@@ -6,12 +6,13 @@ See ``chalk_client.cli.purge`` for the operator's command.
 from __future__ import annotations
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.keys import DONE_TTL_S
+from chalk_client.cluster.finish import TELL
 from chalk_client.cluster.script import Pipeline, Script, queue_script
 
 PURGE = Script(
     "purge",
-    """
+    TELL
+    + """
 -- KEYS: job, result, watchers, pending
 -- ARGV: id, failed result json, result ttl, done-list key prefix
 local rec = redis.call('HMGET', KEYS[1], 'submitted', 'owner', 'submitter', 'status')
@@ -21,18 +22,10 @@ if rec[2] and rec[2] ~= '' then return 'running' end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', tonumber(ARGV[3]))
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'failed')
-local function tell(waiter)
-  if redis.call('RPUSH', ARGV[4] .. waiter, ARGV[1]) == 1 then
-    redis.call('EXPIRE', ARGV[4] .. waiter, DONE_TTL_S)
-  end
-end
-tell(rec[3])
-for _, waiter in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  if waiter ~= rec[3] then tell(waiter) end
-end
-redis.call('DEL', KEYS[3])
+tell(ARGV[4], rec[3], ARGV[1])
+tell_watchers(ARGV[4], KEYS[3], rec[3], ARGV[1])
 return 'purged'
-""".replace("DONE_TTL_S", str(DONE_TTL_S)),
+""",
 )
 
 

@@ -136,14 +136,7 @@ class SandboxSession:
         this one sees empty (except one holding the run's scratch space).
         """
         if not _startable(argv[0], cwd, env.get("PATH")):
-            return ProcessOutcome(
-                returncode=None,
-                timed_out=False,
-                stdout="",
-                stderr="",
-                duration_s=0.0,
-                start_error=f"could not start {argv[0]!r}: not found or not executable",
-            )
+            return _not_started(f"could not start {argv[0]!r}: not found or not executable")
         token = os.urandom(12).hex()
         env = {**env, TOKEN_VARIABLE: token}
         switch = stopping.CURRENT.get()
@@ -155,14 +148,7 @@ class SandboxSession:
             functools.partial(kill_everything, 0, cgroups, uid, None if uid else token)
         )
         if ticket is None:
-            return ProcessOutcome(
-                returncode=None,
-                timed_out=False,
-                stdout="",
-                stderr="",
-                duration_s=0.0,
-                start_error="not started: its job was stopped (cancelled)",
-            )
+            return _not_started("not started: its job was stopped (cancelled)")
         try:
             return self._run(argv, cwd, env, limits, readonly, python, stdin, conceal)
         finally:
@@ -277,6 +263,13 @@ class SandboxSession:
             folder.mkdir()
             if self.slot is not None:
                 os.chown(folder, self.slot.uid, self.slot.gid)
+
+
+def _not_started(why: str) -> ProcessOutcome:
+    """The outcome of a run that did not start, and why."""
+    return ProcessOutcome(
+        returncode=None, timed_out=False, stdout="", stderr="", duration_s=0.0, start_error=why
+    )
 
 
 def _inside(path: str, root: str) -> bool:

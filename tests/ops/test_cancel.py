@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support import wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.cluster.cancel import CancelOutcome
@@ -47,13 +48,6 @@ def processes_with(marker: str) -> list[int]:
 
 def starts(log: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()]
-
-
-def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -11,11 +11,10 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 import redis
-from support import held_count
+from support import held_count, wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob, Submission
 from chalk_client.judges import AlwaysPassJudge, CustomJudge, ExecutableJudge
@@ -38,13 +37,6 @@ def logged_jobs(prefix: str, count: int, log: str, sleep_s: float) -> list[Scori
         )
         for i in range(count)
     ]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def ended(scorings) -> Counter[str]:  # type: ignore[no-untyped-def]

@@ -6,12 +6,11 @@ so the log is the order in which the workers took the jobs.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
+from support import wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.judges import CustomJudge
@@ -35,13 +34,6 @@ def logged(prefix: str, count: int, log: Path, sleep_s: float) -> list[ScoringJo
 def starts(log: Path) -> list[str]:
     """The jobs in the order they started."""
     return [line.split()[1] for line in log.read_text().splitlines() if line.startswith("start")]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 @pytest.mark.slow

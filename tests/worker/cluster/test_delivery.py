@@ -23,7 +23,7 @@ import pytest
 import redis
 from processes import need, stop, wait_port
 from queueing import drop_waiting, pop_waiting, waiting_messages
-from support import held_count
+from support import held_count, wait_until
 
 from chalk_client import ChalkClient, ChalkSettings, JobStatus, ScoringJob
 from chalk_client.cluster import keys
@@ -43,13 +43,6 @@ def gated(prefix: str, count: int, log: str, gate: str) -> list[ScoringJob]:
         )
         for i in range(count)
     ]
-
-
-def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
