@@ -200,17 +200,20 @@ RECORD = Script(
     """
 -- KEYS: callback hash, callbacks zset
 -- ARGV: batch id, claimer, outcome, error (or ''), HTTP status (or ''), next try in (ms),
---       give up (ms after the batch finished), ttl (s)
--- Returns the callback's state now, or 'stale' (another worker claimed it since: its
--- record stands) or 'gone'. 'delivered' always counts; the others only from the claimer.
+--       give up (ms after the batch finished), ttl (s), the delivery id that was tried
+-- Returns the callback's state now, or 'stale' (another worker claimed it since, or the
+-- batch was sent again with another URL: a new delivery id; its record stands) or 'gone'.
+-- 'delivered' counts from any claimer of this delivery id; the others only from the
+-- claimer.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local seconds = string.format('%.3f', now / 1000)
-local cb = redis.call('HMGET', KEYS[1], 'state', 'claim', 'finished', 'attempts')
+local cb = redis.call('HMGET', KEYS[1], 'state', 'claim', 'finished', 'attempts', 'delivery')
 if not cb[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return 'gone'
 end
+if cb[5] ~= ARGV[9] then return 'stale' end
 if cb[1] == 'delivered' then return 'delivered' end
 local outcome = ARGV[3]
 local attempts = tonumber(cb[4]) or 0
@@ -349,8 +352,10 @@ def record_args(
     retry_in_s: float = 0.0,
     give_up_s: float,
     ttl_s: int,
+    delivery_id: str,
 ) -> tuple[list[str], list[str | int]]:
-    """The keys and arguments of a ``RECORD`` of how a try of ``batch_id``'s callback went."""
+    """The keys and arguments of a ``RECORD`` of how a try of ``batch_id``'s callback
+    (its delivery ``delivery_id``) went."""
     return (
         [keys.callback(batch_id), keys.CALLBACKS],
         [
@@ -362,6 +367,7 @@ def record_args(
             max(int(retry_in_s * 1000), 1),
             int(give_up_s * 1000),
             ttl_s,
+            delivery_id,
         ],
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.lanes import WATERMARK
+from chalk_client.cluster.lanes import TOKEN, WATERMARK
 from chalk_client.cluster.messages import PUSH_HEAD, HeldEntry
 from chalk_client.cluster.script import NOW_MS, Pipeline, Script, queue_script
 
@@ -45,6 +45,8 @@ class RestoreAnswer(StrEnum):
     """It was not held any more."""
     DROPPED = "dropped"
     """Not a job's message: dropped."""
+    TOKEN = "token"
+    """A token of the queue's list (``chalk_client.cluster.lanes``): back in the list."""
     DONE = "done"
     """Its job has a result: dropped."""
     MISSING = "missing"
@@ -62,10 +64,14 @@ RESTORE = Script(
 -- ARGV: the held entry, job id (or '': not a job's message), its task id,
 --       new message (or '': push the entry itself), new task id, default queue
 -- Gives back one message a consumer held: 'requeued' at the head of the queue when it
--- is still the job's latest and nobody runs the job; otherwise dropped: 'gone' (not
--- held any more), 'dropped' (no job), 'done', 'missing', 'stale' (a newer message was
--- sent), 'running' (a live lease).
+-- is still the job's latest and nobody runs the job; a token back in the queue's list
+-- ('token'); otherwise dropped: 'gone' (not held any more), 'dropped' (no job), 'done',
+-- 'missing', 'stale' (a newer message was sent), 'running' (a live lease).
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 'gone' end
+if ARGV[1] == 'TOKEN' then
+  redis.call('LPUSH', ARGV[6], ARGV[1])  -- a wake-up taken and not used: for another worker
+  return 'token'
+end
 if ARGV[2] == '' then return 'dropped' end
 local id = ARGV[2]
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'done' end
@@ -73,7 +79,7 @@ local rec = redis.call('HMGET', KEYS[2], 'task', 'queue', 'submitted', 'status')
 if not rec[3] then return 'missing' end
 if rec[4] then return 'done' end
 if rec[1] and rec[1] ~= ARGV[3] then return 'stale' end
-"""
+""".replace("TOKEN", TOKEN)
     + NOW_MS
     + PUSH_HEAD
     + """

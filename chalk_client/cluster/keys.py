@@ -29,7 +29,7 @@ key                        type    what it holds
 ``chalk:running``          zset    job id -> lease deadline (ms, on Redis's clock)
 ``chalk:pending``          zset    unfinished job id -> its last sign of life (ms)
 ``chalk:lane:P:N:Q:B``     list    the messages of batch ``B`` waiting at priority ``P`` (0 high,
-                                   1 normal, 2 low) for queue ``Q`` (``N``: its length), taken
+                                   1 normal, 2 low) for queue ``Q`` (``N``: its bytes), taken
                                    from the head (``RPOP``), new ones pushed at the tail
 ``chalk:ring:P:Q``         zset    the lanes of priority ``P`` with waiting messages -> how
                                    many of their messages workers took: the least served
@@ -175,8 +175,8 @@ def callback(batch_id: str) -> str:
 def lane(queue: str, rank: int, batch: str) -> str:
     """The messages of ``batch`` (``""``: jobs sent one at a time) waiting at priority
     ``rank`` (0 high, 1 normal, 2 low) for ``queue``; ``chalk_client.cluster.lanes``
-    reads the parts back, in Lua, by the queue's length."""
-    return f"{LANE_PREFIX}{rank}:{len(queue)}:{queue}:{batch}"
+    reads the parts back, in Lua, by the queue's length in bytes (as Lua counts)."""
+    return f"{LANE_PREFIX}{rank}:{len(queue.encode())}:{queue}:{batch}"
 
 
 def ring(queue: str, rank: int) -> str:

@@ -180,7 +180,7 @@ class ListReader(Protocol):
 
     def zrange(self, name: str, start: int, end: int) -> Any: ...
     def lrange(self, name: str, start: int, end: int) -> Any: ...
-    def llen(self, name: str) -> Any: ...
+    def pipeline(self, transaction: bool = True) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -198,12 +198,17 @@ def waiting_lanes(client: ListReader, queue: str) -> list[WaitingLane]:
     in the order workers take from them (a look: workers take meanwhile)."""
     found = []
     for rank in Rank:
-        head = f"{keys.LANE_PREFIX}{int(rank)}:{len(queue)}:{queue}:"
-        for lane in client.zrange(keys.ring(queue, rank), 0, -1):
-            name = lane.decode() if isinstance(lane, bytes) else str(lane)
-            waiting = int(client.llen(name) or 0)
+        head = keys.lane(queue, rank, "")
+        names = [
+            lane.decode() if isinstance(lane, bytes) else str(lane)
+            for lane in client.zrange(keys.ring(queue, rank), 0, -1)
+        ]
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(name)
+        for name, waiting in zip(names, pipe.execute() if names else [], strict=True):
             if waiting and name.startswith(head):
-                found.append(WaitingLane(PRIORITIES[rank], name[len(head) :], waiting))
+                found.append(WaitingLane(PRIORITIES[rank], name[len(head) :], int(waiting)))
     return found
 
 

@@ -138,7 +138,7 @@ class _PrioritySlots:
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self.release()  # given a slot as it was cancelled: pass it on
-            else:
+            elif turn in queue:  # a release may have passed over it already (cancelled)
                 queue.remove(turn)
             raise
 

@@ -273,6 +273,7 @@ class CallbackSender(threading.Thread):
             retry_in_s=retry_in_s,
             give_up_s=self.settings.callback_give_up_s,
             ttl_s=self.settings.result_ttl_s,
+            delivery_id=claim.delivery_id,
         )
         answer = as_text(run_script(self.redis, RECORD, names, args))
         if answer in ("stale", "gone"):

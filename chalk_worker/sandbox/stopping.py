@@ -7,7 +7,9 @@ Each run enters the switch of the job it belongs to (``CURRENT``, a context
 variable the job's run sets and its threads inherit) with the function that
 kills everything the run started, as a timeout would; throwing the switch kills
 the runs inside it, and keeps killing for a moment, so that a run whose process
-was starting at that instant cannot outlive it.
+was starting at that instant cannot outlive it. The kills run under the switch's
+lock, which a run takes to leave: a run that left (its slot free for the next
+job) is never killed after.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 
-KILL_FOR_S = 2.0
-"""How long a thrown switch keeps killing runs that are still inside it."""
+KILL_FOR_S = 900.0
+"""How long a thrown switch goes on killing a run that is still inside it, at most (a run
+leaves as soon as its process is gone; one still starting may take up to a minute)."""
 KILL_EVERY_S = 0.05
+"""The first pause between kills; it doubles up to a second."""
 
 
 class StopSwitch:
@@ -52,21 +56,22 @@ class StopSwitch:
             self._runs.pop(ticket, None)
 
     def throw(self) -> None:
-        """Stop the job: no run starts any more, and those inside are killed (again and
-        again for up to ``KILL_FOR_S``, until they have left)."""
+        """Stop the job: no run starts any more, and those inside are killed, again and
+        again until they have left (for ``KILL_FOR_S`` at most)."""
         with self._lock:
             self._thrown = True
         deadline = time.monotonic() + KILL_FOR_S
+        pause = KILL_EVERY_S
         while True:
             with self._lock:
-                kills = list(self._runs.values())
-            if not kills:
-                return
-            for kill in kills:
-                kill()
+                if not self._runs:
+                    return
+                for kill in self._runs.values():
+                    kill()
             if time.monotonic() >= deadline:
                 return
-            time.sleep(KILL_EVERY_S)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 CURRENT: ContextVar[StopSwitch | None] = ContextVar("chalk_stop_switch", default=None)
