@@ -16,6 +16,7 @@ Without redis-server the tests that need it are skipped, except under
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
@@ -142,18 +143,26 @@ def redis_url(redis_server: str) -> Iterator[str]:
     yield redis_server
 
 
-_databases = iter(range(1, 64))  # redis-server runs with --databases 64
+_databases = collections.deque(range(1, 64))  # redis-server runs with --databases 64
+"""The databases free for ``own_redis_url``: one given back goes last, to be taken again as
+late as can be (whatever a finished test left running has the longest to stop)."""
 
 
 @pytest.fixture
-def own_redis_url(redis_server: str) -> str:
+def own_redis_url(redis_server: str) -> Iterator[str]:
     """A Redis database of this test's own (the shared worker uses database 0), empty."""
-    number = next(_databases, None)
-    if number is None:
-        pytest.fail("more than 63 tests asked for a database of their own; raise the limit")
+    if not _databases:
+        pytest.fail("more than 63 tests at once asked for a database of their own")
+    number = _databases.popleft()
     url = redis_server.rsplit("/", 1)[0] + f"/{number}"
-    redis.Redis.from_url(url).flushdb()
-    return url
+    with redis.Redis.from_url(url) as store:
+        store.flushdb()
+    try:
+        yield url
+    finally:
+        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(url) as store:
+            store.flushdb()
+        _databases.append(number)
 
 
 @pytest.fixture

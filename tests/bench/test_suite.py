@@ -22,8 +22,8 @@ def test_figures_pass_or_fail_by_their_goal():
 
 
 HALVES = (
-    "codegen,batch,submission,http_api",
-    "throughput,latency,sandbox,inprocess,programs,sharing",
+    "codegen,submission,http_api",
+    "throughput,latency,sandbox,inprocess,programs,sharing,batch",
 )
 """The benchmarks the smoke test runs, in two processes at once (they mostly wait)."""
 
