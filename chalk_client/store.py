@@ -270,17 +270,20 @@ class JobStore:
             states.extend(parse_states(replies))
         return states
 
-    def cancel_batch(self, batch_id: str, job_ids: Sequence[str]) -> CancelReport:
-        """Cancel the unfinished jobs of ``batch_id`` (``job_ids``, its ids): drop its waiting
-        messages, give each unfinished job its ``cancelled`` result (workers stop those they
-        run); results already written stay."""
+    def cancel_batch(self, batch_id: str, job_ids: Sequence[str] = ()) -> CancelReport:
+        """Cancel the unfinished jobs of ``batch_id``: each gets its ``cancelled`` result
+        (workers stop those they run), then the batch's waiting messages are dropped;
+        results already written stay. The batch's jobs are those Redis lists under its id
+        (every submit under it), and ``job_ids`` too.
+
+        The results come first: a job without a message then (a cancel stopped halfway)
+        is never one the reconciler would send again; a message left behind is dropped
+        by the worker that takes it (its job has a result).
+        """
         settings = self.settings
         ttl = settings.result_ttl_s
-        dropped = self._pipeline(
-            partial(queue_drop_waiting, queue=settings.queue, batch_id=batch_id)
-        )
         outcomes: Counter[CancelOutcome] = Counter()
-        unique = list(dict.fromkeys(job_ids))
+        unique = list(dict.fromkeys([*self.batch_ids(batch_id), *job_ids]))
         for start in range(0, len(unique), CHUNK):
             part = unique[start : start + CHUNK]
             made = {job_id: cancelled_result(job_id, batch_id).model_dump_json() for job_id in part}
@@ -288,6 +291,9 @@ class JobStore:
                 partial(queue_cancel, job_ids=part, result_json=made, ttl_s=ttl)
             )
             outcomes.update(parse_cancel(reply) for reply in replies)
+        dropped = self._pipeline(
+            partial(queue_drop_waiting, queue=settings.queue, batch_id=batch_id)
+        )
         return CancelReport(batch_id, outcomes, as_int(dropped[0]))
 
     def queue_length(self) -> int:

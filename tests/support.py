@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,20 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def survivors(marker: str) -> list[int]:
+    """Host processes whose command line holds ``marker`` (PIDs inside differ from ours)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if marker.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 def held_count(store: redis.Redis) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import wait_until
+from support import survivors, wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.cluster.cancel import CancelOutcome
@@ -29,21 +29,6 @@ SLOW = (
     "time.sleep(120)\n"
 )
 """A script that sleeps, and starts a child that sleeps too (the marker in both's argv)."""
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids of the processes whose command line holds ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if marker.encode() in cmdline.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def starts(log: Path) -> list[str]:
@@ -69,7 +54,7 @@ def test_cancel_kills_running_scripts_and_nothing_else_of_the_batch_starts(
         for i in range(12)
     ]
     batch = client.submit_batch(jobs, batch_id="to-cancel")
-    wait_until(lambda: len(processes_with(marker)) >= 4, 60, "two scripts and their children")
+    wait_until(lambda: len(survivors(marker)) >= 4, 60, "two scripts and their children")
     waited: list[object] = []
     waiter = threading.Thread(target=lambda: waited.append(batch.wait(timeout=60)))
     waiter.start()
@@ -79,7 +64,7 @@ def test_cancel_kills_running_scripts_and_nothing_else_of_the_batch_starts(
     cancelled_at = time.monotonic()
     assert report.cancelled == 12 and report.outcomes[CancelOutcome.RUNNING] >= 2, report.render()
     assert "cancelled 12 of 12 job(s)" in report.render()
-    wait_until(lambda: not processes_with(marker), 3, "every script of the batch to be killed")
+    wait_until(lambda: not survivors(marker), 3, "every script of the batch to be killed")
     assert time.monotonic() - cancelled_at < 3
     waiter.join(10)
     assert waited, "wait() did not return after the cancel"
@@ -94,7 +79,7 @@ def test_cancel_kills_running_scripts_and_nothing_else_of_the_batch_starts(
     assert [r.status for r in after.results(timeout=30)] == [JobStatus.SUCCEEDED] * 8
     time.sleep(1.5)
     assert set(starts(log)) == started_before
-    assert not processes_with(marker)
+    assert not survivors(marker)
     again = batch.cancel()
     assert again.cancelled == 0 and "nothing to cancel" in again.render()
     store = redis.Redis.from_url(own_redis_url)

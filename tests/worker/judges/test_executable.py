@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import survivors
 
 from chalk_client import ChalkSettings, JobStatus, ScoringJob, Submission
 from chalk_client.judges import ExecutableJudge
@@ -230,20 +231,6 @@ def test_timeout_scores_zero_with_the_reason(score, script):
     assert result.scoring.score == 0 and not result.scoring.continue_task
     assert "timed out" in result.scoring.metadata["error"]
     assert result.cause is ZeroCause.TIMEOUT and not result.grader_error
-
-
-def survivors(marker: str) -> list[int]:
-    """Host processes whose command line holds ``marker`` (PIDs inside differ from ours)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    if marker.encode() in cmdline.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def no_survivors(marker: str, wait_s: float = 5.0) -> bool:
