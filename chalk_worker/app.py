@@ -34,9 +34,10 @@ from celery.signals import (
     worker_shutdown,
     worker_shutting_down,
 )
+from kombu.transport import TRANSPORT_ALIASES
 from kombu.utils.url import parse_url
 
-from chalk_client.cluster.connection import sentinel_url
+from chalk_client.cluster.connection import is_unix, kombu_socket_url, sentinel_url
 from chalk_client.cluster.messages import TASK_NAME, task_queue
 from chalk_client.cluster.sentinel import KombuSentinelOptions, SentinelOptions
 from chalk_client.errors import ConfigurationError, JobFailedError
@@ -52,6 +53,11 @@ from chalk_worker.sandbox import announce, detect_layers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """The store and broker when ``CHALK_REDIS_URL`` is not set."""
+
+SOCKET_TRANSPORT = "chalk"
+"""The name of Chalk's Redis transport for kombu, in a broker URL over a Unix socket
+(``chalk+socket:///path/to/redis.sock``): kombu reads the transport from that URL."""
+TRANSPORT_ALIASES.setdefault(SOCKET_TRANSPORT, "chalk_worker.broker.transport:Transport")
 
 log = logging.getLogger(__name__)
 settings = ChalkSettings()
@@ -106,9 +112,14 @@ def make_app(settings: ChalkSettings, redis_url: str) -> Celery:
     if through_sentinels is not None:  # kombu's form, and the master's name as an option
         backend_url = through_sentinels.backend_url()
         backend_options = through_sentinels.kombu_options()
+    if is_unix(backend_url):
+        backend_url = kombu_socket_url(backend_url)
     if broker_url.startswith(("redis://", "rediss://")):
         celery.conf.broker_transport = "chalk_worker.broker.transport:Transport"
         transport_options["priority_steps"] = [0]  # Chalk sends no priorities: one list
+    elif is_unix(broker_url):  # kombu takes the transport from before the URL's '+'
+        broker_url = kombu_socket_url(broker_url, transport=SOCKET_TRANSPORT)
+        transport_options["priority_steps"] = [0]
     elif (broker_sentinels := sentinel_url(broker_url)) is not None:
         celery.conf.broker_transport = "chalk_worker.broker.sentinel:SentinelTransport"
         transport_options["priority_steps"] = [0]
@@ -168,6 +179,8 @@ def make_flower_app(settings: ChalkSettings, redis_url: str) -> Celery:
     if through_sentinels is not None:
         # kombu's Sentinel transport moves along the sentinels of a ';' list itself.
         broker_url = through_sentinels.backend_url()
+    elif is_unix(broker_url):
+        broker_url = kombu_socket_url(broker_url)  # kombu's own transport, "redis+socket"
     celery.conf.update(
         broker_url=broker_url,
         broker_transport=None,  # kombu's, by the URL's scheme

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar, Unpack
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -23,8 +23,21 @@ from chalk_client.errors import ConfigurationError
 
 _T = TypeVar("_T")
 
-TIMEOUTS: ConnectionOptions = {"socket_connect_timeout": 5, "socket_keepalive": True}
-"""How every client of the cluster connects (no read timeout: blocking pops wait)."""
+READ_TIMEOUT_S = 10.0
+"""Longest wait for one reply. Blocking pops wait less than this (a client's wait
+blocks for ``WAIT_SLICE_S`` at a time), so a reply that takes longer means a lost
+connection, not a slow queue; a lossy link slows replies by a second or two at most."""
+
+TIMEOUTS: ConnectionOptions = {
+    "socket_connect_timeout": 5,
+    "socket_timeout": READ_TIMEOUT_S,
+    "socket_keepalive": True,
+}
+"""How every client of the cluster connects over TCP: 5 s to connect, ``READ_TIMEOUT_S``
+for a reply, and TCP keepalive (a peer gone silent is noticed on an idle connection)."""
+
+UNIX_TIMEOUTS: ConnectionOptions = {"socket_connect_timeout": 5, "socket_timeout": READ_TIMEOUT_S}
+"""The same over a Unix socket (which has no keepalive)."""
 
 URL_FORMS = (
     "redis://[[user]:password@]host:port/db (e.g. redis://127.0.0.1:6379/0), "
@@ -75,20 +88,30 @@ def checked_url(url: str, connect: Callable[[str], _T]) -> _T:
         ) from exc
 
 
+def is_unix(url: str) -> bool:
+    """Whether ``url`` names Redis by a Unix socket (``unix:///path/to/redis.sock``)."""
+    return url.startswith("unix://")
+
+
+def timeouts(url: str) -> ConnectionOptions:
+    """The connection options of a client of ``url`` (``TIMEOUTS``, or ``UNIX_TIMEOUTS``)."""
+    return UNIX_TIMEOUTS.copy() if is_unix(url) else TIMEOUTS.copy()
+
+
 def connect(url: str) -> redis.Redis:
-    """A Redis client of the cluster (bytes in and out; no read timeout, for blocking pops).
+    """A Redis client of the cluster (bytes in and out; ``TIMEOUTS``).
 
     Raises ``ConfigurationError`` for a URL that is not a Redis URL.
     """
     make = connect_sentinel if is_sentinel(url) else redis.Redis.from_url
-    client: redis.Redis = checked_url(url, partial(make, **TIMEOUTS))
+    client: redis.Redis = checked_url(url, partial(make, **timeouts(url)))
     return client
 
 
 def connect_async(url: str) -> redis.asyncio.Redis:
     """An asyncio Redis client of the cluster, as ``connect`` makes them."""
     make = connect_sentinel_async if is_sentinel(url) else redis.asyncio.Redis.from_url
-    client: redis.asyncio.Redis = checked_url(url, partial(make, **TIMEOUTS))
+    client: redis.asyncio.Redis = checked_url(url, partial(make, **timeouts(url)))
     return client
 
 
@@ -102,6 +125,22 @@ def blocking_pool(
         url, max_connections=max_connections, timeout=timeout, **kwargs
     )
     return pool
+
+
+def kombu_socket_url(url: str, transport: str = "redis") -> str:
+    """A ``unix://`` URL in the form Celery and kombu read: ``redis+socket:///path`` (the
+    transport or backend named before the ``+``), the database as ``virtual_host`` and
+    any login kept (``ConfigurationError`` if it names no socket)."""
+    parts = urlsplit(url)
+    if not parts.path:
+        raise ConfigurationError(
+            f"{shown_url(url)!r} names no socket; give one like {URL_FORMS} "
+            "(CHALK_REDIS_URL, or ChalkClient(redis_url=...))"
+        )
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"]
+    query.append(("virtual_host", dict(parse_qsl(parts.query)).get("db", "0")))
+    login = parts.netloc.rpartition("@")[0]
+    return f"{transport}+socket://{login + '@' if login else ''}{parts.path}?{urlencode(query)}"
 
 
 def sentinel_url(url: str) -> SentinelURL | None:
