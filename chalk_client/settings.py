@@ -106,6 +106,12 @@ class StoreSettings(BaseSettings):
     reconcile_s: float = Field(default=60.0, gt=0)
     """Grace before the reconciler sends again a job that is neither finished, running,
     taken by a live worker nor waiting in the queue (its message was lost)."""
+    shutdown_grace_s: float = Field(default=30.0, gt=0)
+    """How long a worker told to stop (SIGTERM, Ctrl+C) waits for a Redis it cannot reach.
+    It finishes the jobs it runs while Redis answers; once Redis was silent this long
+    (counted from the stop or from its last contact), jobs still running are stopped and
+    results not stored dropped, all left to other workers (sent again once their leases
+    lapse). A second SIGTERM or Ctrl+C stops it at once, the same way."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
     """Redis broker: when a message left in kombu's own ``unacked`` hash (other queues,
     workers of older versions) is delivered again; Chalk's workers hold theirs by lease."""

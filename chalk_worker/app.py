@@ -43,9 +43,9 @@ from chalk_client.cluster.sentinel import KombuSentinelOptions, SentinelOptions
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
-from chalk_worker.broker.qos import SHUTTING_DOWN
-from chalk_worker.cluster import delivery, presence
-from chalk_worker.cluster.consume import WorkerRuntime, worker_runtime
+from chalk_worker.broker import background
+from chalk_worker.cluster import delivery, presence, shutdown
+from chalk_worker.cluster.consume import WorkerRuntime, worker_runtime, worker_runtime_if_made
 from chalk_worker.cluster.delivery import LostAttempt
 from chalk_worker.cluster.keeper import Resender
 from chalk_worker.metrics import MessageOutcome
@@ -245,7 +245,10 @@ resender = Resender(
 
 def runtime() -> WorkerRuntime:
     """This process's worker runtime."""
-    return worker_runtime(settings, redis_url, resender)
+    # Threads and solo pools acknowledge in the process that scores: there a slot hands
+    # its result to the runtime's finisher (chalk_worker.cluster.finisher) and goes on.
+    in_background = background.ACKS.enabled and not delivery.NOTE_RECEIPTS
+    return worker_runtime(settings, redis_url, resender, store_in_background=in_background)
 
 
 def _score(task: _BoundTask, *args: object, **kwargs: object) -> str:
@@ -296,6 +299,42 @@ def _note_pool(instance: object = None, **_: object) -> None:
     delivery.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
 
 
+def _send_in_background(**_: object) -> None:
+    # A worker sends its events and acknowledgements from threads of their own
+    # (chalk_worker.broker.background).
+    background.enable()
+
+
+def _send_last_events(**_: object) -> None:
+    # The last results, acknowledgements and events (the worker going offline) go out.
+    finisher = runtime().finisher
+    if finisher is not None:
+        finisher.flush(timeout=5.0)
+    background.ACKS.flush(timeout=5.0)
+    background.EVENTS.flush(timeout=5.0)
+
+
+def _begin_shutdown(**_: object) -> None:
+    # Told to stop: a grace period (CHALK_SHUTDOWN_GRACE_S), then at once; and a second
+    # SIGTERM or Ctrl+C stops the worker at once (chalk_worker.cluster.shutdown).
+    shutdown.begin(settings.shutdown_grace_s, _stop_now)
+
+
+def _stop_now(reason: str) -> None:
+    # Stops the jobs running here (their scripts killed) before the process ends.
+    log.warning("chalk worker stops now (%s)", reason)
+    made = worker_runtime_if_made()
+    if made is not None:
+        stopped = made.stop_all(timeout=5.0)
+        unstored = made.finisher.unstored() if made.finisher is not None else 0
+        log.warning(
+            "%d running job(s) stopped and %d result(s) not stored: other workers score "
+            "them once their leases lapse (CHALK_LEASE_S)",
+            stopped,
+            unstored,
+        )
+
+
 def _probe_sandbox(**_: object) -> None:
     # Before any job: the judges' and the LLM client's hooks count into the metrics (a
     # prefork child inherits them); refuse to start if CHALK_SANDBOX_REQUIRE names a
@@ -339,13 +378,15 @@ def _forget_child(pid: int | None = None, **_: object) -> None:
     metrics.process_exited(pid or 0)
 
 
+worker_init.connect(_send_in_background, weak=False)
 worker_init.connect(_probe_sandbox, weak=False)
 celeryd_after_setup.connect(_note_pool, weak=False)
 # A worker waiting for a full Redis to take a message gives up when told to stop.
-worker_shutting_down.connect(lambda **_: SHUTTING_DOWN.set(), weak=False)
+worker_shutting_down.connect(_begin_shutdown, weak=False)
 celeryd_after_setup.connect(_wait_for_store, weak=False)
 worker_ready.connect(_publish_presence, weak=False)
 worker_shutdown.connect(lambda **_: presence.stop_presence(), weak=False)
+worker_shutdown.connect(_send_last_events, weak=False)
 worker_process_shutdown.connect(_forget_child, weak=False)
 worker_ready.connect(_announce_sandbox, weak=False)
 worker_ready.connect(_start_runtime, weak=False)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +89,10 @@ class WorkerFactory:
         env: dict[str, str] | None = None,
         wait: bool = True,
         args: tuple[str, ...] = (),
+        on_host: Callable[..., list[str]] | None = None,
     ) -> Worker:
+        """Start a worker (``on_host``: a ``Host.command`` of ``chalk_worker.testing.network``,
+        to run it on that host)."""
         name = f"w{len(self.started) + 1}-{uuid.uuid4().hex[:6]}"
         log = self.logs / f"{name}.log"
         full_env = {
@@ -100,19 +104,20 @@ class WorkerFactory:
             **(env or {}),
         }
         with log.open("wb") as out:
+            argv = [
+                sys.executable,
+                "-m",
+                "chalk_client.cli",
+                "worker",
+                "-n",
+                f"{name}@%h",
+                *(["--concurrency", str(concurrency)] if concurrency else []),
+                "-l",
+                "info",
+                *args,
+            ]
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "chalk_client.cli",
-                    "worker",
-                    "-n",
-                    f"{name}@%h",
-                    *(["--concurrency", str(concurrency)] if concurrency else []),
-                    "-l",
-                    "info",
-                    *args,
-                ],
+                on_host(*argv) if on_host is not None else argv,
                 cwd=ROOT,
                 env=full_env,
                 stdout=out,

@@ -13,7 +13,10 @@ __all__ = ["drop_waiting", "pop_waiting", "rename_waiting", "take_raw", "waiting
 def take_raw(store: redis.Redis, queue: str, consumer: str) -> bytes | None:
     """The next message, moved into ``consumer``'s held list by the script a worker runs."""
     taken = store.eval(TAKE.text, *take_args(queue, consumer, woken=False))  # type: ignore[arg-type]
-    return taken if isinstance(taken, bytes) or taken is None else str(taken).encode()
+    if not taken:
+        return None
+    first = taken[0]
+    return first if isinstance(first, bytes) else str(first).encode()
 
 
 def drop_waiting(store: redis.Redis, queue: str) -> None:

@@ -28,10 +28,17 @@ from kombu.exceptions import OperationalError
 from chalk_client.client import ChalkClient
 from chalk_client.cluster import keys
 from chalk_client.cluster.connection import shown_url
-from chalk_client.cluster.lanes import queue_take
+from chalk_client.cluster.lanes import MAX_TAKE, queue_take
 from chalk_client.cluster.messages import HeldEntry, task_queue
 from chalk_client.cluster.purge import queue_purge
-from chalk_client.cluster.script import Pipeline, as_bytes, as_text, first_error, run_pipeline
+from chalk_client.cluster.script import (
+    Pipeline,
+    as_bytes,
+    as_list,
+    as_text,
+    first_error,
+    run_pipeline,
+)
 from chalk_client.errors import QueueError, QueueUnavailableError
 from chalk_client.jobs import JobResult, JobStatus
 from chalk_client.store_errors import reaching
@@ -159,14 +166,14 @@ def _purge_lanes(client: ChalkClient) -> PurgeReport:
         while True:
 
             def build(pipe: Pipeline) -> None:
-                for _ in range(CHUNK):
-                    queue_take(pipe, queue, consumer)
+                for _ in range(0, CHUNK, MAX_TAKE):
+                    queue_take(pipe, queue, consumer, count=MAX_TAKE)
 
             replies = run_pipeline(redis, build)
             error = first_error(replies)
             if error is not None:
                 raise error
-            messages = [as_bytes(reply) for reply in replies if reply is not None]
+            messages = [as_bytes(message) for reply in replies for message in as_list(reply)]
             if not messages:
                 break
             taken += len(messages)

@@ -124,55 +124,75 @@ TAKE = Script(
     "take",
     """
 -- KEYS: the queue's list, the consumer's held list, taken (watermarks)
--- ARGV: '1' if the consumer's BLMOVE just moved a token into its held list, else '0'
--- The next message for this consumer, moved into its held list: a message pushed straight
--- into the queue's list first, else the head of the least served lane of the highest
--- priority. A lane emptied leaves its ring (and its watermark goes). Nil: nothing
--- waits. The first command writes without needing memory: a full Redis still lets
--- workers take (and so free) messages.
+-- ARGV: '1' if the consumer's BLMOVE just moved a token into its held list, else '0';
+--       the most messages to take (1 if not given)
+-- The next messages for this consumer, each moved into its held list: a message pushed
+-- straight into the queue's list first, else the head of the least served lane of the
+-- highest priority. A lane emptied leaves its ring (and its watermark goes). Returns
+-- the messages in the order taken (none: nothing waits). The first command writes
+-- without needing memory: a full Redis still lets workers take (and so free) messages.
 local queue, held = KEYS[1], KEYS[2]
-if ARGV[1] == '1' then
-  redis.call('LREM', held, 1, 'TOKEN')
-else
-  local head = redis.call('RPOP', queue)
-  if head and head ~= 'TOKEN' then
-    redis.call('LPUSH', held, head)
-    return head
-  end
-end
-for rank = 0, 2 do
-  local ring = 'RING_PREFIX' .. rank .. ':' .. queue
-  while true do
-    local least = redis.call('ZRANGE', ring, 0, 0, 'WITHSCORES')
-    if #least == 0 then break end
-    local message = redis.call('RPOP', least[1])
-    if message then
-      if redis.call('LLEN', least[1]) > 0 then
-        redis.call('ZADD', ring, tonumber(least[2]) + 1, least[1])
-      else  -- its last message: the lane leaves the ring, its watermark goes
-        redis.call('ZREM', ring, least[1])
-        redis.call('ZREM', KEYS[3], least[1])
+local want = tonumber(ARGV[2] or '1')
+local woken = ARGV[1] == '1'
+local taken = {}
+
+local function from_lanes()
+  for rank = 0, 2 do
+    local ring = 'RING_PREFIX' .. rank .. ':' .. queue
+    while true do
+      local least = redis.call('ZRANGE', ring, 0, 0, 'WITHSCORES')
+      if #least == 0 then break end
+      local message = redis.call('RPOP', least[1])
+      if message then
+        if redis.call('LLEN', least[1]) > 0 then
+          redis.call('ZADD', ring, tonumber(least[2]) + 1, least[1])
+        else  -- its last message: the lane leaves the ring, its watermark goes
+          redis.call('ZREM', ring, least[1])
+          redis.call('ZREM', KEYS[3], least[1])
+        end
+        return message
       end
-      redis.call('LPUSH', held, message)
-      return message
+      redis.call('ZREM', ring, least[1])  -- emptied by hand
+      redis.call('ZREM', KEYS[3], least[1])
     end
-    redis.call('ZREM', ring, least[1])  -- emptied by hand
-    redis.call('ZREM', KEYS[3], least[1])
   end
+  return nil
 end
-return false
+
+while #taken < want do
+  local message = nil
+  if woken then
+    redis.call('LREM', held, 1, 'TOKEN')
+    woken = false
+  else
+    local head = redis.call('RPOP', queue)
+    if head and head ~= 'TOKEN' then message = head end
+  end
+  if not message then message = from_lanes() end
+  if not message then break end
+  redis.call('LPUSH', held, message)
+  taken[#taken + 1] = message
+end
+return taken
 """.replace("RING_PREFIX", keys.RING_PREFIX).replace("TOKEN", TOKEN),
 )
 
-
-def take_args(queue: str, consumer: str, *, woken: bool) -> list[str]:
-    """``EVALSHA`` arguments after the SHA for ``TAKE`` (``woken``: a token was moved)."""
-    return ["3", queue, keys.held(consumer), keys.TAKEN, "1" if woken else "0"]
+MAX_TAKE = 200
+"""Most messages one ``TAKE`` moves (a worker asks for as many as it has room for)."""
 
 
-def queue_take(pipe: Pipeline, queue: str, consumer: str) -> None:
-    """Queue taking the next message of ``queue`` into ``consumer``'s held list."""
-    queue_script(pipe, TAKE, [queue, keys.held(consumer), keys.TAKEN], ["0"])
+def take_args(queue: str, consumer: str, *, woken: bool, count: int = 1) -> list[str]:
+    """``EVALSHA`` arguments after the SHA for ``TAKE`` (``woken``: a token was moved;
+    ``count``: the most messages to take, at most ``MAX_TAKE``)."""
+    count = max(1, min(count, MAX_TAKE))
+    return ["3", queue, keys.held(consumer), keys.TAKEN, "1" if woken else "0", str(count)]
+
+
+def queue_take(pipe: Pipeline, queue: str, consumer: str, count: int = 1) -> None:
+    """Queue taking the next ``count`` messages of ``queue`` into ``consumer``'s held list
+    (the reply: a list of them, oldest first)."""
+    count = max(1, min(count, MAX_TAKE))
+    queue_script(pipe, TAKE, [queue, keys.held(consumer), keys.TAKEN], ["0", str(count)])
 
 
 class ListReader(Protocol):

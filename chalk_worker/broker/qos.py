@@ -11,10 +11,11 @@ taking nothing else meanwhile, until the worker is told to stop.
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Protocol
 
 import redis
@@ -23,8 +24,10 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
+from chalk_client.cluster import keys
 from chalk_client.cluster.messages import HeldEntry
-from chalk_worker.cluster import delivery
+from chalk_worker.broker import background
+from chalk_worker.cluster import delivery, finisher, shutdown
 from chalk_worker.cluster.leases import describe_trouble
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,7 @@ def broker_url_of(connection: BrokerConnection) -> str:
     return f"{scheme}://{connection.hostname}:{connection.port}/{connection.virtual_host or 0}"
 
 
-SHUTTING_DOWN = threading.Event()
+SHUTTING_DOWN = shutdown.REQUESTED
 """Set by ``chalk_worker.app`` when Celery tells the worker to stop (warm or cold)."""
 
 
@@ -77,6 +80,24 @@ def _wait_out(exc: Exception, url: str, doing: str, delay: float) -> float:
     return min(delay * 2, RETRY_MAX_S)
 
 
+class Rate:
+    """How many events in the last ``WINDOW_S`` seconds (acknowledgements, here)."""
+
+    WINDOW_S = 1.0
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque()
+
+    def note(self) -> None:
+        self._times.append(time.monotonic())
+
+    def per_second(self) -> float:
+        horizon = time.monotonic() - self.WINDOW_S
+        while self._times and self._times[0] < horizon:
+            self._times.popleft()
+        return len(self._times) / self.WINDOW_S
+
+
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's acknowledgement emulation: held lists on the Chalk queue, and patience.
 
@@ -90,6 +111,26 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self._held: dict[str, bytes] = {}
+        self._jobs: dict[str, str] = {}
+        """The job of each held message (its acknowledgement waits for the job's result)."""
+        self.acked = Rate()
+
+    take_ahead = 0
+    """Messages taken beyond the prefetch count (``Channel`` sets it: see ``TakeAhead``)."""
+
+    def can_consume(self) -> bool:
+        """Whether to take more: room for at least half the take-ahead (or for one, with
+        none): far from Redis, a take of one or two costs as long a round trip as a full
+        one, and slots would wait through it."""
+        room = self.can_consume_max_estimate()
+        return room is None or room >= max(1, self.take_ahead // 2)
+
+    def can_consume_max_estimate(self) -> int | None:
+        """How many to take at most (``None``: no limit)."""
+        count = int(self.prefetch_count or 0)
+        if not count:
+            return None
+        return max(count + self.take_ahead - (len(self._delivered) - len(self._dirty)), 0)
 
     def append(self, message: TakenMessage, delivery_tag: str) -> None:
         """Record a taken message as unacknowledged (in the held list, or kombu's hash)."""
@@ -102,6 +143,8 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         self._held[delivery_tag] = raw
         virtual.QoS.append(self, message, delivery_tag)
         job = getattr(message, "chalk_job", None)
+        if job is not None:
+            self._jobs[delivery_tag] = job[0]
         if job is None or not delivery.NOTE_RECEIPTS:
             return
         delay = 1.0
@@ -143,7 +186,22 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
             super().ack(delivery_tag)
             return
         raw = self._held.pop(delivery_tag, None)
-        if raw is not None:
+        job_id = self._jobs.pop(delivery_tag, None)
+        self.acked.note()
+        if raw is not None and background.ACKS.enabled:  # a worker: sent from another thread
+            held = self.channel.held_messages()
+            send = partial(
+                background.ACKS.send,
+                background.Command(
+                    held.redis,
+                    ("LREM", keys.held(consumer), 1, raw),
+                    partial(delivery.REGISTRY.ack_later, consumer, raw),
+                ),
+            )
+            # Not before the job's result is stored (chalk_worker.cluster.finisher).
+            if job_id is None or not finisher.PENDING.after_stored(job_id, send):
+                send()
+        elif raw is not None:
             try:
                 self.channel.held_messages().ack(consumer, raw)
             except redis.RedisError as exc:
@@ -160,6 +218,7 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
             super().reject(delivery_tag, requeue=requeue)
             return
         raw = self._held.pop(delivery_tag, None)
+        self._jobs.pop(delivery_tag, None)
         if raw is not None:
             held = self.channel.held_messages()
             if requeue:

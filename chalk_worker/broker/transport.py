@@ -29,16 +29,22 @@
   and a dead consumer's list is given back by the other workers
   (``chalk_worker.cluster.delivery``). A closing channel gives its list back at once.
 - Priorities and fair share. The messages wait in lanes, by priority and batch
-  (``chalk_client.cluster.lanes``); the channel takes the next one with the
-  ``TAKE`` script, which moves it into the held list. When nothing waits, it
-  blocks on the queue's list of tokens (``BLMOVE`` into the held list, as
-  before: a message pushed straight into the queue is taken so) and, woken or
-  timed out, takes again.
+  (``chalk_client.cluster.lanes``); the channel takes the next ones with the
+  ``TAKE`` script, which moves them into the held list: as many at once as
+  Celery's prefetch has room for (one round trip for many jobs, far from Redis).
+  When nothing waits, it blocks on the queue's list of tokens (``BLMOVE`` into
+  the held list, as before: a message pushed straight into the queue is taken
+  so) and, woken or timed out, takes again.
 - Celery closes a channel when its connection is lost and then acknowledges or
   gives back messages through it; kombu then built a new connection pool from a
   connection Celery had already dropped and failed (``AttributeError`` on
   ``hostname``), which ended the worker. Held messages go through a Redis client
   of their own, and the channel keeps the connection settings it was made with.
+
+- In a worker, fanout messages (Celery's events) and acknowledgements are sent
+  from threads of their own, many per round trip (``chalk_worker.broker.background``):
+  far from Redis, four round trips per job on the thread that takes messages held
+  every job up.
 
 Only ``chalk_worker.app`` uses it, for a Redis broker. It is Celery's transport,
 so it asks Celery's worker state whether a shutdown was requested.
@@ -47,6 +53,7 @@ so it asks Celery's worker state whether a shutdown was requested.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -56,11 +63,13 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
-from kombu.utils.json import loads
+from kombu.utils.json import dumps, loads
 from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client.cluster import keys
-from chalk_client.cluster.lanes import TAKE, TOKEN, take_args
+from chalk_client.cluster.lanes import MAX_TAKE, TAKE, TOKEN, take_args
+from chalk_client.cluster.messages import HeldEntry
+from chalk_worker.broker import background
 from chalk_worker.broker.entries import check_envelope, check_task, job_of, why_dropped
 from chalk_worker.broker.qos import RETRY_MAX_S, QoS
 from chalk_worker.cluster import delivery
@@ -68,6 +77,11 @@ from chalk_worker.cluster.delivery import HeldMessages
 from chalk_worker.cluster.leases import describe_trouble
 
 log = logging.getLogger(__name__)
+
+TAKE_AHEAD_MARGIN = 2.0
+TAKE_AHEAD_MAX = 2
+"""Most take-ahead, as a multiple of the prefetch count."""
+"""Take-ahead as a multiple of the jobs finished per ``TAKE`` round trip."""
 
 HELD_TIMEOUT_S = 10.0
 """Longest wait for Redis when acknowledging or giving back held messages."""
@@ -150,6 +164,8 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
     _params: dict[str, Any] | None = None
     """kombu's keyword arguments of a Redis pool (open-ended: TLS options, URL query...)."""
     _held: HeldMessages | None = None
+    _round_trip = 0.0
+    """A smoothed ``TAKE`` round trip, in seconds."""
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         # Kept from the first call: Celery drops the connection before it is done with
@@ -204,7 +220,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             )
             return
         self._sent = "TAKE"
-        args = take_args(self.chalk_queue, self.consumer, woken=self._woken)
+        args = take_args(self.chalk_queue, self.consumer, woken=self._woken, count=self._room())
         if self._take_by_text:
             self.client.connection.send_command("EVAL", TAKE.text, *args)
         else:
@@ -253,12 +269,30 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         """What kombu counts as a lost connection or a broker's refusal."""
         return tuple(self.connection.connection_errors) + tuple(self.connection.channel_errors)
 
+    def _room(self) -> int:
+        """How many messages to take at once: as many as Celery's prefetch has room for."""
+        room = self.qos.can_consume_max_estimate()
+        return MAX_TAKE if room is None else max(1, min(int(room), MAX_TAKE))
+
+    def _took(self, round_trip: float) -> None:
+        """Size the take-ahead after a ``TAKE`` that took ``round_trip`` seconds.
+
+        Far from Redis, slots free up while a ``TAKE`` is on its way: taking as many
+        more as the worker finishes in a round trip (the link's bandwidth-delay
+        product, in jobs) keeps them busy. Near Redis, or with long jobs, that is none.
+        """
+        self._round_trip = (
+            round_trip if not self._round_trip else (0.8 * self._round_trip + 0.2 * round_trip)
+        )
+        prefetch = self.qos.prefetch_count or 0
+        ahead = math.ceil(self.qos.acked.per_second() * self._round_trip * TAKE_AHEAD_MARGIN)
+        self.qos.take_ahead = min(ahead, TAKE_AHEAD_MAX * prefetch)
+
     def _brpop_read(self, **options: object) -> bool:
+        if self._sent in ("BLMOVE", "TAKE"):
+            return self._held_read(**options)
         self.took_entry = False
-        self.taken_raw = None
         try:
-            if self._sent in ("BLMOVE", "TAKE"):
-                return self._held_read(**options)
             return bool(super()._brpop_read(**options))
         except Empty:  # kombu's "no entry": the pop timed out
             raise
@@ -270,20 +304,17 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             log.error(
                 "dropped an entry of the queue that is not a task message: %s", why_dropped(exc)
             )
-            if self.taken_raw is not None and self.consumer is not None:
-                self.held_messages().ack(self.consumer, self.taken_raw)
             return False
         finally:
             self.took_entry = False
-            self.taken_raw = None
 
     def _held_read(self, **options: object) -> bool:
-        """Read the reply of ``TAKE`` or ``BLMOVE``; deliver the message it moved to the
+        """Read the reply of ``TAKE`` or ``BLMOVE``; deliver the messages it moved to the
         held list, or say what to send next (``Empty``: nothing to deliver yet)."""
         sent = self._sent
         try:
             try:
-                item = self.client.parse_response(
+                reply = self.client.parse_response(
                     self.client.connection, "EVALSHA" if sent == "TAKE" else sent, **options
                 )
             except self.connection_errors:
@@ -297,26 +328,80 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
                 raise Empty() from None
             self._pause_s = 0.0
             if sent == "TAKE":
+                items = [item for item in reply or [] if item is not None]
                 self._take_by_text = self._woken = False
-                self._wait_next = item is None
+                self._wait_next = not items
             else:  # BLMOVE: woken by a token (or a plain message), or timed out
                 self._wait_next = False
-                self._woken = item is not None and item in (TOKEN, TOKEN.encode())
-            if item is None or self._woken:
+                self._woken = reply is not None and reply in (TOKEN, TOKEN.encode())
+                items = [] if reply is None or self._woken else [reply]
+            if sent == "TAKE":
+                self._took(time.monotonic() - self._brpop_sent_at)
+            if not items:
                 raise Empty()
-            assert self.chalk_queue is not None
-            self.taken_raw = item if isinstance(item, bytes) else str(item).encode()
-            self._queue_cycle.rotate(self.chalk_queue)
-            self.connection._deliver(loads(self.taken_raw.decode()), self.chalk_queue)
-            return True
         finally:
             self._in_poll = None
             self._sent = None
             self._flush_brpop_reauth()
+        assert self.chalk_queue is not None
+        self._queue_cycle.rotate(self.chalk_queue)
+        raws = [item if isinstance(item, bytes) else str(item).encode() for item in items]
+        return self._deliver_taken(raws)
+
+    def _deliver_taken(self, raws: list[bytes]) -> bool:
+        """Deliver messages taken into the held list, in order; whether any was delivered.
+
+        Should delivering one raise, those after it are given back to the queue (they
+        would wait in the held list, undelivered, until this channel closes).
+        """
+        delivered = False
+        for index, raw in enumerate(raws):
+            try:
+                delivered = self._deliver_one(raw) or delivered
+            except BaseException:
+                self._give_back_entries(raws[index + 1 :])
+                raise
+        return delivered
+
+    def _deliver_one(self, raw: bytes) -> bool:
+        """Deliver one held message; one that is not a message is logged and dropped."""
+        self.took_entry = False
+        self.taken_raw = raw
+        try:
+            assert self.chalk_queue is not None
+            self.connection._deliver(loads(raw.decode()), self.chalk_queue)
+            return True
+        except Exception as exc:
+            # Redis's errors, and any error once the entry is a message (Celery's
+            # handling of it, recording it), are not the entry's fault.
+            if self.took_entry or isinstance(exc, self._redis_errors):
+                raise
+            log.error(
+                "dropped an entry of the queue that is not a task message: %s", why_dropped(exc)
+            )
+            if self.consumer is not None:
+                self.held_messages().ack(self.consumer, raw)
+            return False
+        finally:
+            self.took_entry = False
+            self.taken_raw = None
+
+    def _give_back_entries(self, raws: list[bytes]) -> None:
+        """Give back held messages this channel took and will not deliver."""
+        if not raws or self.consumer is None:
+            return
+        try:
+            self.held_messages().give_back(
+                self.consumer, [HeldEntry.parse(raw) for raw in raws], fresh=False
+            )
+        except redis.RedisError as exc:  # given back when this channel closes
+            log.warning("could not give back %d message(s) not delivered: %s", len(raws), exc)
 
     def close(self) -> None:
         """Close the channel, then give back every message it still holds."""
         consumer = self.consumer
+        if consumer is not None:  # acknowledged messages leave the list before the rest go back
+            background.ACKS.flush(timeout=HELD_TIMEOUT_S)
         try:
             super().close()
         finally:
@@ -336,6 +421,15 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             delivery.REGISTRY.close(consumer, given_back=False)
             return
         delivery.REGISTRY.close(consumer, given_back=True)
+
+    def _put_fanout(self, exchange: str, message: object, routing_key: str, **kwargs: Any) -> None:
+        # In a worker, events go out from a thread of their own (chalk_worker.broker.fanout).
+        if kwargs.get("_publish_batch") is not None or not background.EVENTS.enabled:
+            super()._put_fanout(exchange, message, routing_key, **kwargs)
+            return
+        client, payload = self._create_client(), dumps(message)
+        for topic in self._get_publish_topics(exchange, routing_key):
+            background.EVENTS.send(background.Command(client, ("PUBLISH", topic, payload)))
 
     def _deliver_fanout_message(self, message: object, exchange: str) -> bool:
         # Broadcasts (remote control) come by PUBLISH, past _brpop_read: one malformed

@@ -37,9 +37,11 @@ from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
+from chalk_worker.cluster import finisher, shutdown
 from chalk_worker.cluster.callbacks import CallbackSender
 from chalk_worker.cluster.cancel import CancelWatch
 from chalk_worker.cluster.delivery import HeldMessages
+from chalk_worker.cluster.finisher import Finisher
 from chalk_worker.cluster.keeper import LeaseKeeper, Resender
 from chalk_worker.cluster.leases import LeaseStore, describe_trouble
 from chalk_worker.cluster.reconcile import Reconciler
@@ -88,7 +90,14 @@ class WorkerRuntime:
     sender of batch callbacks, on a thread of its own (a slow receiver never delays the
     keeper's renewals)."""
 
-    def __init__(self, settings: ChalkSettings, url: str, resender: Resender) -> None:
+    def __init__(
+        self,
+        settings: ChalkSettings,
+        url: str,
+        resender: Resender,
+        *,
+        store_in_background: bool = False,
+    ) -> None:
         self.settings = settings
         self.url = url
         self._client = client = connect(url)
@@ -106,6 +115,10 @@ class WorkerRuntime:
         self.cancel_watch.start()
         self.callbacks = CallbackSender(client, settings, url, self.owner)
         self.callbacks.start()
+        self.finisher: Finisher | None = None
+        if store_in_background:  # a slot hands its result over and takes its next job
+            self.finisher = Finisher(self.leases, self.owner, url, self._stored, shutdown.OVER)
+            self.finisher.start()
 
     def held(self) -> list[str]:
         """The jobs this process is scoring now."""
@@ -128,6 +141,19 @@ class WorkerRuntime:
         """The jobs this process scores now (on its event loop)."""
         with self._lock:
             return list(self._running)
+
+    def stop_all(self, timeout: float) -> int:
+        """Stop every job running here (``stop_job``), waiting up to ``timeout`` for their
+        scripts to be killed; how many were stopped."""
+        jobs = self.running_jobs()
+        with self._lock:
+            switches = [self._running[job][1] for job in jobs if job in self._running]
+        for job_id in jobs:
+            self.stop_job(job_id)
+        deadline = time.monotonic() + timeout
+        for switch in switches:
+            switch.wait_stopped(max(0.0, deadline - time.monotonic()))
+        return len(jobs)
 
     def stop_job(self, job_id: str) -> bool:
         """Stop scoring ``job_id`` here: its task is cancelled (its LLM calls abandoned) and
@@ -158,7 +184,8 @@ class WorkerRuntime:
 
         That is Redis unreachable, loading, out of memory or read-only
         (``describe_trouble``); each retry is logged with what to do. Any other
-        error is raised. A script Redis refused has changed nothing, so
+        error is raised, and so is ``GaveUp`` once the worker was told to stop and
+        its grace period is over. A script Redis refused has changed nothing, so
         running it again is safe.
         """
         delay = 1.0
@@ -173,7 +200,7 @@ class WorkerRuntime:
                     # Pooled connections still lead to the old primary; new ones may not.
                     self.leases.redis.connection_pool.disconnect(inuse_connections=False)
                 log.warning("%s; retrying in %.0f s", trouble, delay)
-                time.sleep(delay)
+                shutdown.wait_or_give_up(delay, what)
                 delay = min(delay * 2, RETRY_MAX_S)
 
     def handle(
@@ -217,6 +244,7 @@ class WorkerRuntime:
         with self._lock:
             self._held.add(job_id)
             self._running[job_id] = (future, switch)
+        handed_over = False
         try:
             try:
                 result = future.result()
@@ -229,21 +257,60 @@ class WorkerRuntime:
                 raise
             with self._lock:
                 self._running.pop(job_id, None)
+            if self.finisher is not None:
+                self.finisher.submit(result)  # the job stays held until its result is stored
+                handed_over = True
+                return self._outcome(result)
             written = self.retrying(
                 f"storing the result of job {job_id}",
                 lambda: self.leases.finish(result, self.owner),
             )
         finally:
             with self._lock:
-                self._held.discard(job_id)
+                if not handed_over:
+                    self._held.discard(job_id)
                 self._running.pop(job_id, None)
         if not written:
             log.info("job %s already had a result; this run's result is dropped", job_id)
             return Handled(MessageOutcome.DUPLICATE)
         metrics.job_scored(result)
-        if result.status is JobStatus.FAILED:  # stored; raised so Flower lists the task failed
-            raise JobFailedError(f"job {job_id} failed: {result.error}")
+        return self._outcome(result)
+
+    @staticmethod
+    def _outcome(result: JobResult) -> Handled:
+        """What scoring a job came to; a ``failed`` result raises, so that Flower lists
+        the task failed (its result is stored, or being stored)."""
+        if result.status is JobStatus.FAILED:
+            raise JobFailedError(f"job {result.job_id} failed: {result.error}")
         return Handled(MessageOutcome.SUCCEEDED, result.score)
+
+    def _stored(
+        self,
+        result: JobResult,
+        written: bool | None,
+        error: BaseException | None,
+        gave_up: bool = False,
+    ) -> None:
+        """The finisher stored ``result`` (or could not): the job is no longer held here."""
+        job_id = result.job_id
+        with self._lock:
+            self._held.discard(job_id)
+        if written:
+            metrics.job_scored(result)
+        elif written is False:
+            log.info("job %s already had a result; this run's result is dropped", job_id)
+        elif gave_up:
+            log.warning(
+                "the result of job %s was not stored before this worker stopped (%s); its "
+                "message is given back and the job is scored again once its lease lapses",
+                job_id,
+                error,
+            )
+            finisher.PENDING.forget(job_id)
+            return
+        else:
+            log.error("storing the result of job %s failed: %s", job_id, error)
+        finisher.PENDING.done(job_id)
 
     async def _score(
         self, job_id: str, start: Start, worker: str, stop: StopSwitch | None = None
@@ -303,10 +370,26 @@ _lock = threading.Lock()
 _runtime: tuple[int, WorkerRuntime] | None = None
 
 
-def worker_runtime(settings: ChalkSettings, url: str, resender: Resender) -> WorkerRuntime:
-    """This process's runtime, made (and its keeper started) on first use, after any fork."""
+def worker_runtime(
+    settings: ChalkSettings, url: str, resender: Resender, *, store_in_background: bool = False
+) -> WorkerRuntime:
+    """This process's runtime, made (and its keeper started) on first use, after any fork.
+
+    ``store_in_background``: results are stored by the runtime's ``Finisher`` (a worker).
+    """
     global _runtime
     with _lock:
         if _runtime is None or _runtime[0] != os.getpid():
-            _runtime = (os.getpid(), WorkerRuntime(settings, url, resender))
+            runtime = WorkerRuntime(
+                settings, url, resender, store_in_background=store_in_background
+            )
+            _runtime = (os.getpid(), runtime)
         return _runtime[1]
+
+
+def worker_runtime_if_made() -> WorkerRuntime | None:
+    """This process's runtime, if it made one (``None``: it scored nothing yet)."""
+    with _lock:
+        if _runtime is not None and _runtime[0] == os.getpid():
+            return _runtime[1]
+        return None

@@ -22,7 +22,7 @@ import redis
 from chalk_client.cluster.connection import redacted
 from chalk_client.cluster.leases import RequeueAnswer
 from chalk_client.settings import ChalkSettings
-from chalk_worker.cluster import delivery
+from chalk_worker.cluster import delivery, shutdown
 from chalk_worker.cluster.delivery import HeldMessages, LostAttempt
 from chalk_worker.cluster.leases import LeaseStore, describe_trouble
 from chalk_worker.cluster.reconcile import Publish, Reconciler
@@ -101,6 +101,7 @@ class LeaseKeeper(threading.Thread):
             for job_id in lost:
                 log.warning("job %s: lost its lease (another worker may score it too)", job_id)
             runtime.held_messages.register(delivery.REGISTRY.renewable())
+            shutdown.note_contact()
             self._send_watermarks()
             self._give_back_closed()
             if self._unreachable:

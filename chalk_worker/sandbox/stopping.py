@@ -55,6 +55,17 @@ class StopSwitch:
         with self._lock:
             self._runs.pop(ticket, None)
 
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for every run inside to have left; whether they all did."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._runs:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
     def throw(self) -> None:
         """Stop the job: no run starts any more, and those inside are killed, again and
         again until they have left (for ``KILL_FOR_S`` at most)."""

@@ -39,13 +39,23 @@ OVERRIDES: list[tuple[type, type, set[str]]] = [
             "_connparams",
             "_create_client",
             "_deliver_fanout_message",
+            "_put_fanout",
             "close",
         },
     ),
     (
         QoS,
         kombu_redis.QoS,
-        {"__init__", "append", "ack", "reject", "restore_unacked", "pipe_or_acquire"},
+        {
+            "__init__",
+            "append",
+            "ack",
+            "reject",
+            "restore_unacked",
+            "pipe_or_acquire",
+            "can_consume",
+            "can_consume_max_estimate",
+        },
     ),
     (Message, virtual.Message, {"__init__"}),
     (Transport, kombu_redis.Transport, {"Channel"}),
@@ -62,6 +72,8 @@ CHANNEL_ATTRIBUTES = [
     "_in_poll",  # the connection a blocking read is in flight on
     "_brpop_sent_at",
     "_queue_cycle",  # rotated after a BLMOVE, as kombu does after BRPOP
+    "_get_publish_topics",  # the channels an event is published to
+    "qos",
     "_flush_brpop_reauth",
     "brpop_timeout",
     "active_queues",
@@ -70,7 +82,7 @@ CHANNEL_ATTRIBUTES = [
     "connection",
     "connection_errors",
 ]
-QOS_ATTRIBUTES = ["channel", "_delivered"]
+QOS_ATTRIBUTES = ["channel", "_delivered", "_dirty", "prefetch_count"]
 TRANSPORT_ATTRIBUTES = ["_deliver", "connection_errors", "channel_errors"]
 SENTINEL_CHANNEL_ATTRIBUTES = ["_sentinel_managed_pool", "_connparams"]
 
