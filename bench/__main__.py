@@ -36,6 +36,7 @@ BENCHMARKS = (
     "replicas",
     "http_api",
     "sharing",
+    "network",
 )
 
 

@@ -10,7 +10,7 @@ from queueing import take_raw
 
 from chalk_client import ChalkClient, ChalkSettings, ScoringJob
 from chalk_client.cluster import keys
-from chalk_client.cluster.lanes import TOKEN, waiting_lanes
+from chalk_client.cluster.lanes import MAX_TAKE, TAKE, TOKEN, take_args, waiting_lanes
 from chalk_client.cluster.messages import HeldEntry
 from chalk_client.judges import AlwaysPassJudge
 from chalk_client.server.queues import _PrioritySlots
@@ -102,3 +102,25 @@ def test_priority_slots_survive_a_cancel_of_running_and_waiting_jobs() -> None:
         "w2 cancelled",
         "w3 cancelled",
     ]
+
+
+def test_one_take_moves_many_messages_in_the_order_single_takes_would(own_redis_url: str) -> None:
+    client = ChalkClient(own_redis_url)
+    client.submit_batch(jobs("big", 4), batch_id="big")
+    client.submit_batch(jobs("small", 2), batch_id="small")
+    client.submit_batch(jobs("high", 1), batch_id="urgent", priority="high")
+    store = redis.Redis.from_url(own_redis_url)
+    consumer = "chalk@w:h:1:t:1"
+    first = store.eval(TAKE.text, *take_args("chalk", consumer, woken=False, count=5))
+    assert [HeldEntry.parse(raw).job_id for raw in first] == [
+        "high-0",
+        "big-0",
+        "small-0",
+        "big-1",
+        "small-1",
+    ]
+    rest = store.eval(TAKE.text, *take_args("chalk", consumer, woken=False, count=MAX_TAKE))
+    assert [HeldEntry.parse(raw).job_id for raw in rest] == ["big-2", "big-3"]
+    assert store.eval(TAKE.text, *take_args("chalk", consumer, woken=False, count=3)) == []
+    assert store.llen("chalk") == 0 and store.llen(keys.held(consumer)) == 7  # tokens all gone
+    assert take_args("chalk", consumer, woken=False, count=10**6)[-1] == str(MAX_TAKE)
