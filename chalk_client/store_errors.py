@@ -1,9 +1,10 @@
 """Redis errors as ``ChalkError``s: callers of the client never see a raw ``redis`` exception.
 
 An unreachable Redis is ``QueueUnavailableError``, one out of memory
-``StoreFullError``, a read-only replica or a refused command
-``StoreRefusedError``, refused credentials ``ConfigurationError``; each message
-names the Redis (without its password) and says what to do.
+``StoreFullError``, a read-only replica or a refused command (an ACL's too)
+``StoreRefusedError``, refused credentials
+``ConfigurationError``; each message names the Redis (without its password)
+and says what to do.
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ def store_error(exc: redis.RedisError, url: str) -> ChalkError:
         return ConfigurationError(
             f"Redis at {where} has no such database ({exc}): the number after the last '/' "
             "in CHALK_REDIS_URL must be below Redis's `databases` setting (16 by default)."
+        )
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return StoreRefusedError(
+            f"Redis at {where} does not let the user of CHALK_REDIS_URL do this: "
+            f"{str(exc).rstrip('.')}. Its ACL lacks a permission this part of the cluster "
+            "needs: give it the user of its role (client, worker, monitor, flower) as "
+            "`chalk acl` prints them."
         )
     if isinstance(exc, redis.ResponseError):
         return StoreRefusedError(
