@@ -6,6 +6,13 @@ forgets them (a restart, ``SCRIPT FLUSH``) ``run_pipeline`` loads them all and
 runs the pipeline again. Commands are queued on a ``Pipeline`` by the builders
 of this package and run in one round trip; replies are read by its parsers.
 
+Under Redis's ACLs (``chalk_client.cluster.acl``) a script runs with its
+caller's permissions: each command it runs is checked on the key it names,
+declared in ``KEYS`` or reached by name (a lane, a ring, a done list), and every
+declared key needs read and write permission whatever the script does with it.
+A script that only reads is then out of reach of a read-only user: read with
+plain commands instead (``callbacks.queue_read``).
+
 Times come from Redis's own clock (``NOW_MS``), so workers on machines with
 skewed clocks agree. Over ``maxmemory`` Redis refuses a script at its first
 write that may use memory, unless the script has already written: scripts that
