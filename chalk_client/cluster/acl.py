@@ -27,8 +27,8 @@ with it: a read-only user runs no script (``chalk status`` reads a callback with
 plain reads for that reason).
 
 What the permissions cannot tell apart, the keys being what they are, is in the
-documentation (``docs/operating/redis.md``): a client writes results (a cancel
-writes them) and any batch's keys, and a worker writes every job's.
+documentation (``docs/operating/securing-redis.md``): a client writes results (a
+cancel writes them) and any batch's keys, and a worker writes every job's.
 """
 
 from __future__ import annotations
