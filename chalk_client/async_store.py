@@ -25,11 +25,10 @@ import redis.asyncio
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.callbacks import (
-    READ,
     CallbackState,
     parse_state,
+    queue_read,
     queue_register,
-    read_args,
 )
 from chalk_client.cluster.cancel import (
     CancelOutcome,
@@ -46,7 +45,6 @@ from chalk_client.cluster.script import (
     as_list,
     as_text,
     first_error,
-    queue_script,
     run_pipeline_async,
 )
 from chalk_client.cluster.submit import (
@@ -259,8 +257,11 @@ class AsyncJobStore:
 
     async def callback_state(self, batch_id: str) -> CallbackState | None:
         """The batch's callback as Redis has it, or ``None`` if it has none."""
-        replies = await self._pipeline(lambda pipe: queue_script(pipe, READ, *read_args(batch_id)))
-        return parse_state(batch_id, replies[0])
+        with reaching(self.url):
+            pipe = self.redis.pipeline(transaction=True)  # the reads see one moment
+            queue_read(pipe, batch_id)
+            replies = await pipe.execute()
+        return parse_state(batch_id, replies)
 
     async def recent_batches(self, count: int) -> list[str]:
         """The ids of the most recent batches, newest first."""

@@ -182,7 +182,10 @@ class SandboxSettings(BaseSettings):
     """Command prefixes executable judges may run (comma-separated or a JSON list).
 
     Empty: any command runs (sandboxed). A prefix is compared on the command as
-    written, before placeholders are filled, e.g. ``{python} -m tasks.``.
+    written, before placeholders are filled, e.g. ``{python} -m tasks.``. Set it on the
+    workers wherever not every client is trusted: whoever may submit jobs (a Redis user
+    of ``chalk acl``'s client role too) may name any command, and Redis's ACLs cannot
+    look inside a job to refuse it.
     """
     sandbox_require: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Sandbox layers the worker refuses to run without (comma-separated, or ``all``)."""

@@ -22,11 +22,10 @@ import redis
 
 from chalk_client.cluster import keys
 from chalk_client.cluster.callbacks import (
-    READ,
     CallbackState,
     parse_state,
+    queue_read,
     queue_register,
-    read_args,
 )
 from chalk_client.cluster.cancel import (
     CancelOutcome,
@@ -43,7 +42,6 @@ from chalk_client.cluster.script import (
     as_list,
     as_text,
     first_error,
-    queue_script,
     run_pipeline,
 )
 from chalk_client.cluster.submit import (
@@ -252,8 +250,11 @@ class JobStore:
 
     def callback_state(self, batch_id: str) -> CallbackState | None:
         """The batch's callback as Redis has it, or ``None`` if it has none."""
-        replies = self._pipeline(lambda pipe: queue_script(pipe, READ, *read_args(batch_id)))
-        return parse_state(batch_id, replies[0])
+        with reaching(self.url):
+            pipe = self.redis.pipeline(transaction=True)  # the reads see one moment
+            queue_read(pipe, batch_id)
+            replies = pipe.execute()
+        return parse_state(batch_id, replies)
 
     def recent_batches(self, count: int) -> list[str]:
         """The ids of the most recent batches, newest first."""

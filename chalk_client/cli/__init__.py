@@ -10,7 +10,8 @@ runs, so that ``chalk score`` without a cluster never loads redis-py or kombu:
   ``chalk score`` on a cluster (``rescore``, ``celery_args``);
 - ``ops``: ``chalk health``, ``purge``, ``retry`` and ``eta`` (``health``,
   ``purge``, ``retry``, ``eta``);
-- ``report``: ``chalk report``.
+- ``report``: ``chalk report``;
+- ``acl``: ``chalk acl`` (the Redis users of ``chalk_client.cluster.acl``).
 """
 
 from chalk_client.cli.main import main

@@ -6,14 +6,14 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TextIO
 
 from pydantic import ValidationError
 
-from chalk_client.cli import ops, report, serve
+from chalk_client.cli import acl, ops, report, serve
 from chalk_client.cli.progress import ProgressBar, ResultSink, Tally
 from chalk_client.cli.selection import Selection, parse_ids
 from chalk_client.errors import ChalkError, ConfigurationError
@@ -143,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_commands(commands)
     report.add_command(commands)
     serve.add_command(commands)
+    acl.add_command(commands)
     return parser
 
 
@@ -259,6 +260,14 @@ def _score(args: argparse.Namespace) -> int:
     return 1 if tally.failed or (args.strict and tally.grader_errors) else 0
 
 
+RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    report.COMMAND: report.run_report,
+    serve.COMMAND: serve.run_serve,
+    acl.COMMAND: acl.run_acl,
+}
+"""The commands of their own modules, by name."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``chalk`` command; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -282,12 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chalk_client.cli.cluster import run_status
 
             return run_status(args.target)
-        if args.command == report.COMMAND:
-            return report.run_report(args)
-        if args.command == serve.COMMAND:
-            return serve.run_serve(args)
         if args.command in ops.COMMANDS:
             return ops.run_command(args)
+        return RUNNERS[args.command](args)
     except ChalkError as exc:
         print(f"chalk {command}: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -299,4 +305,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nchalk: interrupted; re-run with the same --out to resume.", file=sys.stderr)
         return 130
-    return 2

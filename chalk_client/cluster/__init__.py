@@ -3,8 +3,9 @@
 Every key (``keys``), every script with the builders that queue it and the
 parsers that read its reply (``submit``, ``watch``, ``leases``, ``finish``,
 ``delivery``, ``reconcile``, ``purge``, ``rate``, ``callbacks``), the queue's
-message format (``messages``), the worker-presence record (``presence``), and
-the one way to run them (``script``: pipelines that reload forgotten scripts).
+message format (``messages``), the worker-presence record (``presence``), the
+one way to run them (``script``: pipelines that reload forgotten scripts), and
+the Redis users each part of the cluster needs (``acl``).
 The client's store and the worker's leases, deliveries, reconciler, presence,
 rate limiter and callback sender are thin I/O shells over it.
 """

@@ -249,23 +249,6 @@ return state
 """,
 )
 
-READ = Script(
-    "callback-read",
-    """
--- KEYS: callback hash, callbacks zset. ARGV: batch id
--- Returns {ms until due (-1: not due), then the hash's fields and values}, or {} for none.
-local fields = redis.call('HGETALL', KEYS[1])
-if #fields == 0 then return {} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
-local wait = -1
-if due then wait = math.max(tonumber(due) - now, 0) end
-table.insert(fields, 1, wait)
-return fields
-""",
-)
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -420,37 +403,65 @@ def _number(fields: dict[str, str], name: str) -> float | None:
     return float(value) if value else None
 
 
-def parse_state(batch_id: str, reply: object) -> CallbackState | None:
-    """Read a ``READ`` reply: the batch's callback, or ``None`` if it has none."""
-    items = as_list(reply)
-    if not items:
-        return None
-    wait = as_int(items[0])
-    values: Sequence[object] = items[1:]
-    fields = {
-        as_text(values[i]): as_text(values[i + 1])
-        for i in range(0, len(values) - 1, 2)
-        if as_text(values[i]) != "body"
+STATE_FIELDS = (
+    "url",
+    "delivery",
+    "state",
+    "attempts",
+    "last_error",
+    "status",
+    "created",
+    "finished",
+    "delivered",
+)
+"""The fields of a callback's hash that ``CallbackState`` shows (not its body)."""
+
+
+def _score(reply: object) -> float:
+    """A sorted set's score as redis-py replies it (a float; text from a raw client)."""
+    return reply if isinstance(reply, float) else float(as_text(reply))
+
+
+def _clock_ms(reply: object) -> int:
+    """Redis's ``TIME`` in milliseconds, from redis-py's pair (seconds, microseconds)."""
+    seconds, micros = as_list(list(reply) if isinstance(reply, tuple) else reply)
+    return as_int(seconds) * 1000 + as_int(micros) // 1000
+
+
+def queue_read(pipe: Pipeline, batch_id: str) -> None:
+    """Queue the reads ``parse_state`` takes: the callback's fields, when it is next due,
+    Redis's clock. Plain reads, not a script: a Redis user allowed only to read can run
+    them, where ``EVALSHA`` needs write permission on every key it declares. Run them in
+    a transaction (``MULTI``) to read one moment."""
+    pipe.hmget(keys.callback(batch_id), STATE_FIELDS)
+    pipe.zscore(keys.CALLBACKS, batch_id)
+    pipe.time()
+
+
+def parse_state(batch_id: str, replies: Sequence[object]) -> CallbackState | None:
+    """The batch's callback from the replies of ``queue_read``, or ``None`` if it has none."""
+    values, due, clock = replies
+    found = {
+        name: as_text(value)
+        for name, value in zip(STATE_FIELDS, as_list(values), strict=True)
+        if value is not None
     }
-    status = fields.get("status")
+    if not found:
+        return None
+    status = found.get("status")
     return CallbackState(
         batch_id=batch_id,
-        url=fields.get("url", ""),
-        delivery_id=fields.get("delivery", ""),
-        status=CallbackStatus(fields.get("state", "pending")),
-        attempts=int(fields.get("attempts") or 0),
-        last_error=fields.get("last_error") or None,
+        url=found.get("url", ""),
+        delivery_id=found.get("delivery", ""),
+        status=CallbackStatus(found.get("state", "pending")),
+        attempts=int(found.get("attempts") or 0),
+        last_error=found.get("last_error") or None,
         http_status=int(status) if status else None,
-        created=_number(fields, "created"),
-        finished=_number(fields, "finished"),
-        delivered=_number(fields, "delivered"),
-        due_in_s=None if wait < 0 else wait / 1000,
+        created=_number(found, "created"),
+        finished=_number(found, "finished"),
+        delivered=_number(found, "delivered"),
+        due_in_s=None if due is None else max(_score(due) - _clock_ms(clock), 0) / 1000,
     )
-
-
-def read_args(batch_id: str) -> tuple[list[str], list[str]]:
-    """The keys and arguments of a ``READ`` of ``batch_id``'s callback."""
-    return [keys.callback(batch_id), keys.CALLBACKS], [batch_id]
 
 
 def claim_ms(timeout_s: float) -> int:

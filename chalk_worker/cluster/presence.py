@@ -26,8 +26,10 @@ from chalk_client.cluster import keys
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.lanes import waiting_lanes
 from chalk_client.cluster.presence import WorkerPresence
+from chalk_client.errors import ConfigurationError
 from chalk_client.jobs import PRIORITIES
 from chalk_client.settings import ChalkSettings
+from chalk_client.store_errors import store_error
 from chalk_worker import metrics
 from chalk_worker.judges.programs.languages import toolchains
 from chalk_worker.llm.client import configured_api_key, configured_base_url
@@ -58,12 +60,14 @@ def wait_for_redis(url: str, *, interval_s: float = WAIT_INTERVAL_S) -> float:
                 break
             except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
                 waited = time.monotonic() - started
+                advice = store_error(exc, url)  # what to do, for a wrong setting
+                why = str(advice if isinstance(advice, ConfigurationError) else exc).rstrip(".")
                 if not said:
                     log.warning(
                         "waiting for Redis at %s (CHALK_REDIS_URL): %s. This worker starts "
                         "taking jobs once Redis answers (asking every %.0f s)",
                         redacted(url),
-                        exc,
+                        why,
                         interval_s,
                     )
                     said = waited or 1e-9
@@ -72,7 +76,7 @@ def wait_for_redis(url: str, *, interval_s: float = WAIT_INTERVAL_S) -> float:
                         "still waiting for Redis at %s after %.0f s: %s",
                         redacted(url),
                         waited,
-                        exc,
+                        why,
                     )
                     said = waited
             time.sleep(interval_s)

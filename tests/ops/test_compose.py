@@ -4,7 +4,9 @@ The compose file is parsed (PyYAML) and each service's settings checked; every
 command it runs is shown to exist: the ``chalk`` subcommands answer ``--help``
 with the flags the file passes, and Redis is started here with the very flags
 the file gives it, then asked what it is running with. The ``ha`` profile's
-replica and Sentinels are started the same way, on loopback, and asked what they see.
+replica and Sentinels are started the same way, on loopback, and asked what they
+see; the ``tls`` profile's Redis too, with certificates made here, and reached
+with the workers' URL.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from certificates import make_certificates
 from processes import free_port, need, stop, wait_port
 from sentinel_cluster import healthy
 from tornado.options import options
@@ -209,6 +212,7 @@ def test_redis_runs_with_the_compose_flags(compose, tmp_path: Path):
 
 SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
 HA_SERVICES = {"redis-replica", *SENTINELS}
+TLS_SERVICES = {"redis-tls", "worker-tls", "flower-tls", "server-tls"}
 
 
 def sentinel_config(service: dict[str, Any]) -> list[str]:
@@ -222,7 +226,9 @@ def sentinel_config(service: dict[str, Any]) -> list[str]:
 
 def test_the_ha_profile_adds_a_replica_and_three_sentinels(compose):
     services = compose["services"]
-    assert {name for name, service in services.items() if "profiles" in service} == HA_SERVICES
+    assert {name for name, service in services.items() if "profiles" in service} == (
+        HA_SERVICES | TLS_SERVICES
+    )
     assert all(services[name]["profiles"] == ["ha"] for name in HA_SERVICES)
     for name in ("worker", "flower"):  # they start without the profile too
         assert not HA_SERVICES & set(services[name]["depends_on"])
@@ -380,6 +386,83 @@ def test_the_ha_profile_runs_with_the_compose_config(compose, tmp_path: Path):
             stop(proc)
 
 
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_the_tls_profile_is_the_cluster_on_mutual_tls(compose):
+    services = compose["services"]
+    assert all(services[name]["profiles"] == ["tls"] for name in TLS_SERVICES)
+    server = services["redis-tls"]["command"]
+    plain = services["redis"]["command"]
+    for name in ("--appendonly", "--appendfsync", "--maxmemory-policy", "--requirepass"):
+        assert flag(server, name) == flag(plain, name)  # persisted, never evicting, a password
+    assert flag(server, "--port") == "0" and flag(server, "--tls-port") == "6380"  # TLS only
+    assert flag(server, "--tls-auth-clients") == "yes"
+    assert services["redis-tls"]["volumes"] == ["redis-tls-data:/data", "./tls:/tls:ro"]
+    assert "redis-tls-data" in compose["volumes"]
+    assert services["redis-tls"]["ports"] == ["6380:6380"]
+    for name, plain_name in (
+        ("worker-tls", "worker"),
+        ("flower-tls", "flower"),
+        ("server-tls", "server"),
+    ):
+        service, twin = services[name], services[plain_name]
+        assert service["command"] == twin["command"] and service["image"] == twin["image"]
+        assert service["volumes"] == ["./tls:/tls:ro"]
+        assert service["depends_on"] == {"redis-tls": {"condition": "service_healthy"}}
+        env = service["environment"]
+        assert env == {**twin["environment"], "CHALK_REDIS_URL": env["CHALK_REDIS_URL"]}
+        url = env["CHALK_REDIS_URL"]
+        assert url.startswith("rediss://:s3cret@redis-tls:6380/0?ssl_cert_reqs=required&")
+        for part in ("ssl_ca_certs=/tls/ca.crt", "ssl_certfile=/tls/client.crt"):
+            assert part in url
+    assert services["worker-tls"]["cap_add"] == services["worker"]["cap_add"]  # the sandbox
+
+
+def test_redis_tls_runs_with_the_compose_flags(compose, tmp_path: Path):
+    """redis-tls started with its compose flags (its certificates here, on loopback): the
+    workers' URL reaches it, a client without a certificate does not, the health check
+    passes."""
+    if shutil.which("redis-server") is None:
+        need("redis-server")
+    made = make_certificates(tmp_path / "tls", "redis-tls")
+    port = free_port()
+    here = [
+        arg.replace("/tls/", f"{made.folder}/")
+        for arg in compose["services"]["redis-tls"]["command"]
+    ]
+    here[here.index("--tls-port") + 1] = str(port)
+    proc = subprocess.Popen(
+        [*here, "--bind", "127.0.0.1", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL
+    )
+    try:
+        assert wait_port(port)
+        url = compose["services"]["worker-tls"]["environment"]["CHALK_REDIS_URL"]
+        local = url.replace("redis-tls:6380", f"127.0.0.1:{port}").replace(
+            "/tls/", f"{made.folder}/"
+        )
+        with redis.Redis.from_url(local) as client:
+            assert client.ping()
+            assert client.config_get("tls-auth-clients") == {"tls-auth-clients": "yes"}
+        without = local.split("&ssl_certfile=")[0]
+        with pytest.raises(redis.ConnectionError), redis.Redis.from_url(without) as client:
+            client.ping()
+        check = compose["services"]["redis-tls"]["healthcheck"]["test"][1:]
+        check = [arg.replace("/tls/", f"{made.folder}/") for arg in check]
+        check[check.index("-p") + 1] = str(port)
+        pong = subprocess.run(
+            check,
+            env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": "s3cret"},
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert pong.stdout.strip() == "PONG", pong.stderr
+    finally:
+        stop(proc)
+
+
 def test_the_dockerfile_builds_what_compose_runs():
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "\nFROM python:3.11" in text
@@ -392,3 +475,4 @@ def test_the_dockerfile_builds_what_compose_runs():
     assert 'CMD ["chalk", "worker", "--loglevel", "INFO"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".git" in ignored and ".venv" in ignored
+    assert "tls" in ignored  # the tls profile's private keys stay out of the build

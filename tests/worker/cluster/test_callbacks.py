@@ -115,6 +115,7 @@ def test_the_callback_waits_for_the_last_result_then_posts_one_signed_summary(
     assert store.hget(keys.callback("b-one"), "cursor") == b"1"  # stopped at the unfinished one
     pending = state(own_redis_url, "b-one")
     assert pending.status is CallbackStatus.PENDING and pending.finished is None
+    assert 0 < pending.due_in_s <= 1  # looked at again within a second, on Redis's clock
     assert "when the batch finishes" in pending.describe()
     assert callback_receiver.requests == []
     finish(own_redis_url, ids[1:2])
@@ -134,6 +135,7 @@ def test_the_callback_waits_for_the_last_result_then_posts_one_signed_summary(
     done = state(own_redis_url, "b-one")
     assert done.status is CallbackStatus.DELIVERED and done.attempts == 1
     assert done.http_status == 200 and done.delivery_id == body["delivery_id"]
+    assert done.due_in_s is None and done.created and done.finished and done.delivered
     assert "delivered" in done.describe() and "t1" not in done.describe()
     assert store.zcard(keys.CALLBACKS) == 0
     sender.tick()
