@@ -8,6 +8,7 @@ milliseconds, where RSA keys take a good part of a second.
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -60,14 +61,23 @@ def _openssl(arguments: str, cwd: Path) -> None:
     )
 
 
+def _alt_name(name: str) -> str:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return f"DNS:{name}"
+    return f"IP:{name}"
+
+
 def make_certificates(folder: Path, *names: str) -> Certificates:
     """A CA and the server's and a client's certificates in ``folder`` (made if missing);
-    the server's is good for ``127.0.0.1``, ``localhost`` and ``names``."""
+    the server's is good for ``127.0.0.1``, ``localhost`` and ``names`` (host names, or
+    IP addresses)."""
     if shutil.which("openssl") is None:
         need("openssl")
     folder.mkdir(parents=True, exist_ok=True)
     _openssl(f"req -x509 {KEY} -keyout ca.key -out ca.crt -days 2 -subj /CN=chalk-test-ca", folder)
-    alt = ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{name}" for name in names)])
+    alt = ",".join(["IP:127.0.0.1", "DNS:localhost", *(_alt_name(name) for name in names)])
     (folder / "server.ext").write_text(f"subjectAltName={alt}\n")
     for name, subject, extensions in (
         ("redis", "/CN=localhost", "-extfile server.ext"),

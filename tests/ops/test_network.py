@@ -8,7 +8,6 @@ exactly one result.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from certificates import make_certificates
 from processes import Worker, WorkerFactory, need
 from support import wait_until
 
@@ -237,30 +237,12 @@ def test_a_worker_on_a_slow_lossy_link_scores_every_job_once(
         one_result_each(client, jobs)
 
 
-def _certificates(folder: Path, address: str) -> tuple[Path, Path, Path, Path]:
-    """A CA, a server certificate for ``address`` signed by it, and a CA that did not sign it."""
-
-    def run(*argv: str) -> None:
-        subprocess.run(["openssl", *argv], cwd=folder, check=True, capture_output=True)
-
-    new = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
-    run(*new, "-x509", "-subj", "/CN=chalk-test-ca", "-keyout", "ca.key", "-out", "ca.crt")
-    run(*new, "-x509", "-subj", "/CN=another-ca", "-keyout", "o.key", "-out", "other.crt")
-    run(*new, "-subj", "/CN=redis", "-keyout", "redis.key", "-out", "redis.csr")
-    (folder / "san.cnf").write_text(f"subjectAltName=IP:{address}\n")
-    # fmt: off
-    run("x509", "-req", "-in", "redis.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "redis.crt", "-days", "2", "-extfile", "san.cnf")
-    # fmt: on
-    return folder / "ca.crt", folder / "redis.crt", folder / "redis.key", folder / "other.crt"
-
-
 def test_tls_across_the_network_with_a_ca(
     hosts: Hosts, workers: WorkerFactory, tmp_path: Path
 ) -> None:
-    if shutil.which("openssl") is None:
-        need("openssl")
-    ca, cert, key, other = _certificates(tmp_path, hosts.redis.address)
+    made = make_certificates(tmp_path / "tls", hosts.redis.address)
+    other = make_certificates(tmp_path / "another-ca").ca
+    ca, cert, key = made.ca, made.server_cert, made.server_key
     # fmt: off
     proc = hosts.redis.popen(
         "redis-server", "--port", "0", "--tls-port", "6380", "--bind", hosts.redis.address,
