@@ -174,6 +174,9 @@ def test_two_servers_on_one_cluster_answer_for_each_others_jobs(
 
 
 def test_a_stopped_server_leaves_no_job_folder_nor_mount(start_server: ServerFactory) -> None:
+    # A process that died earlier may have left its own, under a PID the server now has.
+    earlier = set(Path("/proc/mounts").read_text().splitlines())
+    left = set(Path(tempfile.gettempdir()).iterdir())
     server = start_server(env={"CHALK_SERVER_ALLOW_COMMANDS": "true"})
     script = {
         "transcript": {"messages": [{"role": "assistant", "content": "hi"}]},
@@ -189,9 +192,10 @@ def test_a_stopped_server_leaves_no_job_folder_nor_mount(start_server: ServerFac
     server.proc.terminate()  # SIGTERM: uvicorn ends on it, without running atexit
     assert server.proc.wait(30) is not None
     mine = f"chalk-job-{pid}-"
-    mounts = Path("/proc/mounts").read_text()
-    assert mine not in mounts
-    assert not [p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(mine)]
+    mounts = set(Path("/proc/mounts").read_text().splitlines()) - earlier
+    assert not [line for line in mounts if mine in line]
+    folders = set(Path(tempfile.gettempdir()).iterdir()) - left
+    assert not [p for p in folders if p.name.startswith(mine)]
 
 
 def test_the_embedded_queue_forgets_its_oldest_results_past_its_memory() -> None:
