@@ -74,6 +74,11 @@ def _to_pattern(value: Any) -> re.Pattern[str]:
         raise ValueError(f"invalid regular expression {value!r}: {exc}") from exc
     except (OverflowError, TypeError) as exc:  # flags out of range, say
         raise ValueError(f"invalid regular expression {value!r:.200}: {exc}") from exc
+    except RecursionError:  # re's parser recurses once per group: ~500 nested ones
+        raise ValueError(
+            f"invalid regular expression {value!r:.200}: its groups nest too deeply for "
+            "Python's re to compile it; nest them less"
+        ) from None
     raise ValueError(
         f'a regex pattern is a string, a compiled str pattern or {{"pattern", "flags"}}; '
         f"got {value!r:.80}"

@@ -206,6 +206,17 @@ def test_regex_flags_given_as_an_int_come_back_by_name():
     ]
 
 
+@pytest.mark.parametrize("pattern", ["(" * 2000 + ")" * 2000, "(?:a" * 2000 + ")" * 2000])
+def test_a_pattern_nested_too_deeply_for_re_is_a_validation_error(pattern):
+    # re raised RecursionError, which pydantic let through as it was: no validation error
+    with pytest.raises(ValidationError, match="nest too deeply"):
+        RegexJudge([pattern])
+    with pytest.raises(ValidationError, match="nest too deeply"):
+        ScoringJob.model_validate_json(
+            f'{{"judge": {{"type": "regex", "patterns": [{{"pattern": "{pattern}"}}]}}}}'
+        )
+
+
 def test_a_command_given_as_one_string_is_refused_with_the_list_it_meant():
     with pytest.raises(ValidationError) as refused:
         ExecutableJudge("{python} -m tasks.t.score '{submission}' out.txt")  # type: ignore[arg-type]
