@@ -80,11 +80,15 @@ class _Watch:
 
 
 _watch = _Watch()
-sys.addaudithook(_watch.hear)
+_hooked = False
 
 
 @contextmanager
 def _watching(dest: Path) -> Iterator[None]:
+    global _hooked
+    if not _hooked:  # on first use: an audit hook stays for the life of the process
+        sys.addaudithook(_watch.hear)
+        _hooked = True
     _watch.dest, _watch.thread, _watch.problems = str(dest), threading.get_ident(), []
     try:
         yield
