@@ -70,5 +70,7 @@ def test_each_target_fuzzes_without_a_crash(pair: tuple[str, str], tmp_path: Pat
         tail = out[-6000:]
         assert run.returncode == 0, f"fuzz.{name} failed (exit {run.returncode}):\n{tail}"
         done = re.search(r"^Done (\d+) runs in (\d+) second", out, re.M)
-        assert done and int(done[1]) >= 1000, f"fuzz.{name} hardly ran:\n{tail}"
+        seeds = len(list((CORPUS / name).iterdir()))
+        # Past its seeds into inputs of its own (how far depends on the machine's load).
+        assert done and int(done[1]) > seeds, f"fuzz.{name} never got past its seeds:\n{tail}"
         assert " cov: " in out and not list(tmp_path.glob(f"artifact-{name}-*")), tail
