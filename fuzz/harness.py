@@ -114,11 +114,15 @@ class Target:
         given = (f"-dict={dictionary}",) if dictionary.is_file() else ()
         return ("-timeout=20", *given, *self.flags)
 
+    @staticmethod
+    def names_no_folder(args: Sequence[str]) -> bool:
+        """Whether the command line names no corpus folder or input (only flags)."""
+        return all(arg.startswith("-") for arg in args)
+
     def libfuzzer_argv(self, args: Sequence[str]) -> list[str]:
         """The argument vector handed to libFuzzer for the command line ``args``."""
         argv = [f"fuzz.{self.name}", *self.default_flags(), *args]
-        if not any(not arg.startswith("-") for arg in args):
-            self.scratch.mkdir(exist_ok=True)
+        if self.names_no_folder(args):
             argv += [str(self.scratch), str(self.corpus)]
         return argv
 
@@ -159,6 +163,8 @@ def main(target: Target, args: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
     import atheris
 
+    if target.names_no_folder(args):
+        target.scratch.mkdir(exist_ok=True)
     hook = instrument(target.instrument)
     atheris.Setup(target.libfuzzer_argv(args), target.check)
     with hook:
