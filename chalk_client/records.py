@@ -58,9 +58,14 @@ def pack_record(record: str) -> str | bytes:
 
 
 def unpack_record(stored: bytes | str) -> bytes | str:
-    """A stored record's JSON (``pack_record`` undone)."""
+    """A stored record's JSON (``pack_record`` undone); ``InvalidJobError`` if it is damaged."""
     if isinstance(stored, bytes) and stored.startswith(_PACKED):
-        return zlib.decompress(stored[len(_PACKED) :])
+        try:
+            return zlib.decompress(stored[len(_PACKED) :])
+        except zlib.error as exc:
+            raise InvalidJobError(
+                f"the job's record is compressed but damaged ({exc}); submit the job again"
+            ) from exc
     return stored
 
 
@@ -99,7 +104,11 @@ def prepare_job(job: JobLike) -> PreparedJob:
 
 
 def load_job(record: bytes | str, archive: bytes | None) -> ScoringJob:
-    """The job a worker scores, from its record and archive (raises ``ValidationError``)."""
+    """The job a worker scores, from its record and archive.
+
+    Raises ``ValidationError`` for a record that is not a job, ``InvalidJobError`` for
+    a compressed one that cannot be decompressed.
+    """
     job = ScoringJob.model_validate_json(unpack_record(record))
     if archive is None:
         return job

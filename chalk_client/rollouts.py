@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,9 +44,39 @@ def _no_constant(name: str) -> Any:
     )
 
 
-def _loads(text: str) -> Any:
-    """JSON as JSON defines it: Python's reader alone would take NaN and Infinity."""
-    return json.loads(text, parse_constant=_no_constant)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _holds_a_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (``json``'s objects) holds a lone surrogate."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def load_json(text: str) -> Any:
+    """JSON as JSON defines it, and as workers read it; ``ValueError`` saying what is not.
+
+    Python's reader alone would take ``NaN`` and ``Infinity``, and escapes of lone
+    surrogates (``"\\ud800"``): strings no UTF-8 text can hold, so a job holding one
+    could be scored but its result never written.
+    """
+    value = json.loads(text, parse_constant=_no_constant)
+    if ("\\ud" in text or "\\uD" in text) and _holds_a_surrogate(value):
+        raise ValueError(
+            "it escapes a lone surrogate (such as \\ud800, half of a pair), which is no "
+            "character; write the character itself, or both halves of its pair"
+        )
+    return value
 
 
 _JUDGE_SHAPE = (
@@ -65,7 +96,7 @@ class DefaultJudge:
     def from_file(cls, path: str | os.PathLike[str]) -> DefaultJudge:
         """Read a judge object (``{"type": ...}``) or a non-empty list of steps from a JSON file."""
         try:
-            data = _loads(Path(path).read_text(encoding="utf-8"))
+            data = load_json(Path(path).read_text(encoding="utf-8"))
         except RecursionError:
             raise InvalidJobError(f"the judge file {path} is nested too deeply to read") from None
         except (OSError, ValueError) as exc:
@@ -161,7 +192,7 @@ def _line_id(raw: str, data: Any = None) -> str:
         except (ValueError, RecursionError):
             data = None
     own = data.get("id") if isinstance(data, dict) else None
-    if isinstance(own, str) and 0 < len(own) <= 512:
+    if isinstance(own, str) and 0 < len(own) <= 512 and not _SURROGATE.search(own):
         return own
     text = raw.strip().encode("utf-8", "surrogateescape")
     return "sha256-" + hashlib.sha256(text).hexdigest()[:32]
@@ -206,7 +237,7 @@ def read_rollouts(
                 yield BadLine(number, problem, _line_id(raw))
                 continue
             try:
-                data = _loads(raw)
+                data = load_json(raw)
             except RecursionError:
                 yield BadLine(number, "its JSON is nested too deeply to read", _line_id(raw))
                 continue

@@ -32,7 +32,7 @@ from redis.exceptions import ReadOnlyError
 from chalk_client.cluster.connection import connect
 from chalk_client.cluster.lanes import priority_of
 from chalk_client.cluster.leases import BlobState, Start, StartOutcome
-from chalk_client.errors import JobFailedError
+from chalk_client.errors import InvalidJobError, JobFailedError
 from chalk_client.jobs import DEFAULT_PRIORITY, JobResult, JobStatus
 from chalk_client.records import load_job
 from chalk_client.settings import ChalkSettings
@@ -337,6 +337,8 @@ class WorkerRuntime:
             job = load_job(start.record, start.archive)
         except ValidationError as exc:
             return failed(f"the job's record in Redis is not a valid job: {exc}")
+        except InvalidJobError as exc:
+            return failed(f"the job's record in Redis cannot be read: {exc}")
         except Exception as exc:  # any record that cannot be read ends failed, never retried
             return failed(f"the job's record in Redis cannot be read: {type(exc).__name__}: {exc}")
         if job.id != job_id:

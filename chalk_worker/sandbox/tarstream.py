@@ -29,6 +29,7 @@ CHUNK = 64 * 1024
 _MAX_EXTENDED = 64 * 1024  # a GNU long name or PAX header; real ones are a few hundred bytes
 # Enough for every xz preset (-9 needs 65 MiB); refuses a stream asking for a 1.5 GiB dictionary.
 _XZ_MEMLIMIT = 80 * 1024 * 1024
+_MAX_DIGITS = 20  # of a PAX number: 2**64 has 20
 _ZERO_BLOCK = bytes(BLOCK)
 _EXTENDED_TYPES = (b"L", b"K", b"x", b"g")
 
@@ -187,6 +188,14 @@ def _number(field: bytes) -> int | None:
     return int(digits or b"0", 8) if re.fullmatch(rb"[0-7]*", digits) else None
 
 
+def _decimal(digits: bytes) -> int | None:
+    """A PAX decimal number, or None when malformed or longer than any 64-bit number.
+
+    The cap also keeps ``int`` from refusing a number past 4300 digits with a ``ValueError``.
+    """
+    return int(digits) if digits.isdigit() and len(digits) <= _MAX_DIGITS else None
+
+
 def _header_checksum_ok(block: bytes) -> bool:
     if len(block) < BLOCK:
         return False
@@ -203,8 +212,8 @@ def _pax_records(payload: bytes) -> dict[bytes, bytes]:
     position = 0
     while position < len(payload) and payload[position] != 0:
         space = payload.find(b" ", position)
-        length = payload[position:space]
-        end = position + int(length) if space > 0 and length.isdigit() else -1
+        length = _decimal(payload[position:space]) if space > 0 else None
+        end = -1 if length is None else position + length
         record = payload[space + 1 : end]
         if end <= space or end > len(payload) or not record.endswith(b"\n") or b"=" not in record:
             raise _bad("submission archive has a damaged PAX extended header")
@@ -253,9 +262,10 @@ def _entry_name(block: bytes, size: int, extended: dict[bytes, bytes]) -> tuple[
         name = prefix + b"/" + name
     name = extended.get(b"path", extended.get(b"long name", name))
     if b"size" in extended:
-        if not extended[b"size"].isdigit():
+        pax_size = _decimal(extended[b"size"])
+        if pax_size is None:
             raise _bad(f"submission entry {shown_name(name)} has a malformed PAX size")
-        size = int(extended[b"size"])
+        size = pax_size
     extended.clear()
     return name, size
 

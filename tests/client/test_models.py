@@ -172,6 +172,51 @@ def test_regex_accepts_flags_by_name_and_refuses_bad_patterns():
         RegexJudge([{"pattern": "x", "flags": ["SHOUTING"]}])
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        259,  # found by fuzz.jobs: IGNORECASE | TEMPLATE, deprecated, warned while loading a job
+        int(re.DEBUG),  # would print each compile of the pattern to the worker's output
+        -1,
+        1 << 40,
+    ],
+)
+def test_regex_flags_that_match_nothing_differently_are_refused(flags, capsys):
+    with pytest.raises(ValidationError, match="flags a judge's pattern may not have"):
+        RegexJudge.model_validate_json(
+            f'{{"type": "regex", "patterns": [{{"pattern": "x", "flags": {flags}}}]}}'
+        )
+    assert capsys.readouterr().out == ""  # nothing compiled, so nothing printed
+
+
+def test_a_compiled_pattern_with_the_debug_flag_is_refused(capsys):
+    pattern = re.compile("x", re.DEBUG)
+    capsys.readouterr()
+    with pytest.raises(ValidationError, match="flags a judge's pattern may not have"):
+        RegexJudge([pattern])
+
+
+def test_regex_flags_given_as_an_int_come_back_by_name():
+    flags = int(re.IGNORECASE | re.DOTALL | re.UNICODE)
+    judge = RegexJudge.model_validate(
+        {"type": "regex", "patterns": [{"pattern": "x", "flags": flags}]}
+    )
+    assert judge.model_dump(mode="json")["patterns"] == [
+        {"pattern": "x", "flags": ["IGNORECASE", "DOTALL"]}
+    ]
+
+
+@pytest.mark.parametrize("pattern", ["(" * 2000 + ")" * 2000, "(?:a" * 2000 + ")" * 2000])
+def test_a_pattern_nested_too_deeply_for_re_is_a_validation_error(pattern):
+    # re raised RecursionError, which pydantic let through as it was: no validation error
+    with pytest.raises(ValidationError, match="nest too deeply"):
+        RegexJudge([pattern])
+    with pytest.raises(ValidationError, match="nest too deeply"):
+        ScoringJob.model_validate_json(
+            f'{{"judge": {{"type": "regex", "patterns": [{{"pattern": "{pattern}"}}]}}}}'
+        )
+
+
 def test_a_command_given_as_one_string_is_refused_with_the_list_it_meant():
     with pytest.raises(ValidationError) as refused:
         ExecutableJudge("{python} -m tasks.t.score '{submission}' out.txt")  # type: ignore[arg-type]

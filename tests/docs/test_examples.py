@@ -6,7 +6,7 @@ The blocks are those of ``README.md``, of every page under ``docs/`` and of
 - ``python``: run in a fresh interpreter, in a scratch folder, by ``run_python.py``:
   a line ``print(...)  # -> TEXT`` must print ``TEXT``.
 - ``sh``: run by ``bash -euo pipefail`` in a scratch folder that links ``tasks/``,
-  ``docs/``, ``bench/``, ``scripts/``, ``mkdocs.yml``, ``BENCHMARKS.md`` and
+  ``docs/``, ``bench/``, ``scripts/``, ``fuzz/``, ``mkdocs.yml``, ``BENCHMARKS.md`` and
   ``.venv`` of this checkout, the venv's ``bin`` first on ``PATH``. Every
   ``chalk`` command, and every ``python -m`` of this project's modules, is also
   checked against its own argument parser, in blocks that do not run too.
@@ -63,8 +63,8 @@ RUNNER = Path(__file__).with_name("run_python.py")
 DOCS_SERVER = "127.0.0.1:8080"
 """The address the docs give ``chalk serve``; a ``server`` block runs against the tests' own."""
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
-PROJECT_MODULES = ("chalk_client", "chalk_worker", "tasks", "bench")
-LINKED = ("tasks", "docs", "bench", "scripts", "mkdocs.yml", "BENCHMARKS.md")
+PROJECT_MODULES = ("chalk_client", "chalk_worker", "tasks", "bench", "fuzz")
+LINKED = ("tasks", "docs", "bench", "scripts", "fuzz", "mkdocs.yml", "BENCHMARKS.md")
 
 VERDICTS = {
     "The report identifies what caused the outage.": True,

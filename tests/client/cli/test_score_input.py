@@ -267,6 +267,37 @@ def test_nan_and_infinity_make_a_bad_line_with_its_number(chalk, tmp_path, judge
     assert "line 2 of" in (results[0].error or "") and "--skip-invalid" in (results[0].error or "")
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Found by fuzz.transcript: Python's json reads such escapes, pydantic's (a worker's)
+        # does not; the job was scored and writing its result crashed chalk score.
+        '{"id": "s", "metadata": {"note": "\\ud800"}}',
+        '{"id": "s", "transcript": {"messages": [{"role": "assistant", "content": "\\udfff"}]}}',
+        '{"id": "s\\uD83D", "transcript": {}}',
+        '{"id": "s", "metadata": {"\\ud83d": 1}}',
+    ],
+)
+def test_a_lone_surrogate_makes_a_bad_line_not_a_crash(chalk, tmp_path, judge, line):
+    rollouts = write_lines(tmp_path / "r.jsonl", [{"id": "a", **SAID_HI}, line])
+    code, out, err = chalk("score", rollouts, "--judge", judge)
+    assert code == 2 and out == ""
+    assert f"{rollouts}:2: invalid job: not valid JSON: it escapes a lone surrogate" in err
+    code, out, _ = chalk("score", rollouts, "--judge", judge, "--skip-invalid")
+    results = [JobResult.model_validate_json(x) for x in out.splitlines()]
+    assert code == 0 and [r.status for r in results] == [JobStatus.FAILED, JobStatus.SUCCEEDED]
+    # A line keeps its own id, unless that is what holds the surrogate.
+    assert results[0].job_id == (stable_id(line) if "uD83D" in line else "s")
+
+
+def test_a_surrogate_pair_is_one_character_and_scores(chalk, tmp_path, judge):
+    said = '{"role": "assistant", "content": "hi \\ud83d\\ude00"}'
+    line = f'{{"id": "s", "transcript": {{"messages": [{said}]}}}}'
+    code, out, _ = chalk("score", write_lines(tmp_path / "r.jsonl", [line]), "--judge", judge)
+    (result,) = [JobResult.model_validate_json(x) for x in out.splitlines()]
+    assert code == 0 and result.status is JobStatus.SUCCEEDED and result.score == 1.0
+
+
 def test_on_the_cluster_nan_lines_are_bad_lines_and_the_rest_is_sent(
     chalk, tmp_path, judge, monkeypatch
 ):
@@ -329,6 +360,10 @@ def test_an_invalid_judge_file_is_a_one_line_error(chalk, rollouts, tmp_path):
     path.write_bytes(b'{"type": "regex", "patterns": ["\xff"]}')
     code, _, err = chalk("score", rollouts, "--judge", path)
     assert code == 2 and "could not read the judge file" in one_line(err)
+    path.write_text('{"type": "regex", "patterns": ["\\ud800"]}')
+    code, _, err = chalk("score", rollouts, "--judge", path)
+    assert code == 2 and "could not read the judge file" in one_line(err)
+    assert "lone surrogate" in err
 
 
 def test_a_list_of_steps_is_still_a_judge_file(chalk, rollouts, tmp_path):

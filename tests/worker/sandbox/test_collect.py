@@ -237,6 +237,28 @@ def test_pax_sparse_member_is_misbehaviour(dest: Path) -> None:
     refuse(archive, dest, "sparse file")
 
 
+@pytest.mark.parametrize(
+    ("records", "match"),
+    [
+        # A record's length of 4,400 digits: Python's int() refuses past 4,300 (ValueError).
+        (b"9" * 4400 + b" path=x\n", "damaged PAX extended header"),
+        (pax(size="1" * 4400), "malformed PAX size"),
+        (pax(size="1" * 21), "malformed PAX size"),
+    ],
+    ids=["record-length", "size", "size-past-64-bits"],
+)
+def test_pax_numbers_of_too_many_digits_are_misbehaviour(
+    dest: Path, records: bytes, match: str
+) -> None:
+    archive = tar(member(b"PaxHeader", records, kind=b"x"), member(b"s.txt", b"x"))
+    refuse(archive, dest, match)
+
+
+def test_a_pax_size_of_twenty_digits_is_only_too_large(dest: Path) -> None:
+    archive = tar(member(b"PaxHeader", pax(size="9" * 20), kind=b"x"), member(b"s.txt", b"x"))
+    refuse(archive, dest, "larger than")
+
+
 def test_hundred_thousand_tiny_files_are_refused_at_max_entries(dest: Path) -> None:
     archive = archives.many_tiny_files(100_000)
     started = time.perf_counter()
