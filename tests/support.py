@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 from prometheus_client import REGISTRY
 
-from chalk_client import Message, Transcript
+from chalk_client import Message, ScoringJob, Transcript
+from chalk_client.judges import CustomJudge
 from chalk_worker import metrics
 
 STARTED_MARKER = "chalk-test: started "
@@ -63,3 +65,17 @@ def starts(how: str) -> float:
     """
     metrics.install()
     return REGISTRY.get_sample_value("chalk_sandbox_starts_total", {"how": how}) or 0.0
+
+
+def logged_jobs(prefix: str, count: int, log: str | Path, sleep_s: float) -> list[ScoringJob]:
+    """Jobs ``PREFIX-000``... whose judge (``test_log``, loaded by the tests' workers) writes
+    its start and end to ``log`` and takes ``sleep_s``."""
+    return [
+        ScoringJob(
+            id=f"{prefix}-{i:03d}",
+            judge=CustomJudge(
+                "test_log", {"log": str(log), "key": f"{prefix}-{i:03d}", "sleep_s": sleep_s}
+            ),
+        )
+        for i in range(count)
+    ]

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
+
+from chalk_worker.cluster.rounds import Rounds
 
 log = logging.getLogger(__name__)
 
@@ -58,54 +58,25 @@ class BackgroundSender:
 
     def __init__(self, name: str, *, max_waiting: int | None = None) -> None:
         self.name = name
-        self.max_waiting = max_waiting
         self.enabled = False
         """Whether the transport hands its commands here (a worker sets it)."""
-        self._waiting: deque[Command] = deque()
-        self._ready = threading.Condition()
-        self._sending = 0
-        self._thread: threading.Thread | None = None
+        self._rounds: Rounds[Command] = Rounds(
+            name,
+            self._send,
+            max_per_round=MAX_PER_ROUND,
+            max_waiting=max_waiting,
+            overflow=lambda command: self._fail(command, None),
+        )
         self._dropped = 0
         self._logged_at = float("-inf")
 
     def send(self, command: Command) -> None:
         """Queue ``command``; returns at once."""
-        with self._ready:
-            if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
-                self._fail(self._waiting.popleft(), None)
-            self._waiting.append(command)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._ready.notify()
+        self._rounds.put(command)
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything queued was sent (or failed); ``False`` if time ran out."""
-        deadline = time.monotonic() + timeout
-        with self._ready:
-            while self._waiting or self._sending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._ready.wait(min(left, 0.05))
-        return True
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                while not self._waiting:
-                    self._ready.wait()
-                count = min(len(self._waiting), MAX_PER_ROUND)
-                round_ = [self._waiting.popleft() for _ in range(count)]
-                self._sending = count
-            try:
-                self._send(round_)
-            except Exception:  # the thread goes on whatever one round did
-                log.exception("%s: sending %d command(s) failed", self.name, len(round_))
-            finally:
-                with self._ready:
-                    self._sending = 0
-                    self._ready.notify_all()
+        return self._rounds.flush(timeout)
 
     def _send(self, round_: list[Command]) -> None:
         """Send one round: one pipeline per client, in the order queued."""

@@ -118,7 +118,6 @@ class WorkerRuntime:
         self.finisher: Finisher | None = None
         if store_in_background:  # a slot hands its result over and takes its next job
             self.finisher = Finisher(self.leases, self.owner, url, self._stored, shutdown.OVER)
-            self.finisher.start()
 
     def held(self) -> list[str]:
         """The jobs this process is scoring now."""

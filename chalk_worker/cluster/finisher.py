@@ -21,8 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -30,6 +28,7 @@ import redis
 
 from chalk_client.jobs import JobResult
 from chalk_worker.cluster.leases import LeaseStore, describe_trouble
+from chalk_worker.cluster.rounds import Rounds
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ class Stored(Protocol):
     ) -> None: ...
 
 
-class Finisher(threading.Thread):
+class Finisher:
     """Stores results handed to it, in rounds of up to ``MAX_PER_ROUND``."""
 
     def __init__(
@@ -115,54 +114,28 @@ class Finisher(threading.Thread):
         stored: Stored,
         give_up: threading.Event | None = None,
     ) -> None:
-        super().__init__(name="chalk-finisher", daemon=True)
         self.leases = leases
         self.owner = owner
         self.url = url
         self.stored = stored
         self.give_up = give_up or threading.Event()
         """Set when the worker stops and its grace period is over: retry no more."""
-        self._waiting: deque[JobResult] = deque()
-        self._ready = threading.Condition()
-        self._storing = 0
+        self._rounds: Rounds[JobResult] = Rounds(
+            "chalk-finisher", self._store, max_per_round=MAX_PER_ROUND
+        )
 
     def submit(self, result: JobResult) -> None:
         """Store ``result`` (soon, with others); returns at once."""
         PENDING.add(result.job_id)
-        with self._ready:
-            self._waiting.append(result)
-            self._ready.notify()
+        self._rounds.put(result)
 
     def unstored(self) -> int:
         """How many results wait to be stored."""
-        with self._ready:
-            return len(self._waiting) + self._storing
+        return self._rounds.pending()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every result handed over was stored; ``False`` if time ran out."""
-        deadline = time.monotonic() + timeout
-        with self._ready:
-            while self._waiting or self._storing:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._ready.wait(min(left, 0.05))
-        return True
-
-    def run(self) -> None:
-        while True:
-            with self._ready:
-                while not self._waiting:
-                    self._ready.wait()
-                count = min(len(self._waiting), MAX_PER_ROUND)
-                round_ = [self._waiting.popleft() for _ in range(count)]
-                self._storing = count
-            try:
-                self._store(round_)
-            finally:
-                with self._ready:
-                    self._storing = 0
-                    self._ready.notify_all()
+        return self._rounds.flush(timeout)
 
     def _store(self, results: list[JobResult]) -> None:
         """Store one round, retrying while Redis has trouble that passes by itself."""

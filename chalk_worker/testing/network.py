@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from types import TracebackType
 
+import psutil
+
 PREFIX = "chalk-net-"
 """Namespaces of this module are named ``chalk-net-<pid>-<n>-<host>``."""
 _serial = itertools.count()
@@ -68,25 +70,15 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_leftovers() -> None:
     """Remove the namespaces and devices of runs whose process is gone."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for name in re.findall(rf"^({re.escape(PREFIX)}(\d+)-\S+)", listed, re.MULTILINE):
-        if not _alive(int(name[1])):
+        if not psutil.pid_exists(int(name[1])):
             subprocess.run(["ip", "netns", "del", name[0]], capture_output=True)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for dev, pid in re.findall(r"^\d+: (ck(\d+)x\w*?)[@:]", links, re.MULTILINE):
-        if not _alive(int(pid)):
+        if not psutil.pid_exists(int(pid)):
             subprocess.run(["ip", "link", "del", dev], capture_output=True)
 
 

@@ -20,11 +20,11 @@ import pytest
 import redis
 from certificates import make_certificates
 from processes import Worker, WorkerFactory, need
-from support import wait_until
+from support import logged_jobs, wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
 from chalk_client.errors import QueueUnavailableError
-from chalk_client.judges import AlwaysPassJudge, CustomJudge
+from chalk_client.judges import AlwaysPassJudge
 from chalk_worker.testing import network
 from chalk_worker.testing.network import Host, Network
 from chalk_worker.testing.redis_server import stop
@@ -84,18 +84,6 @@ def workers(tmp_path: Path) -> Iterator[WorkerFactory]:
             worker.proc.wait()
 
 
-def logged(prefix: str, count: int, log: Path, sleep_s: float) -> list[ScoringJob]:
-    return [
-        ScoringJob(
-            id=f"{prefix}-{i:03d}",
-            judge=CustomJudge(
-                "test_log", {"log": str(log), "key": f"{prefix}-{i:03d}", "sleep_s": sleep_s}
-            ),
-        )
-        for i in range(count)
-    ]
-
-
 def events(log: Path, event: str, pid: int | None = None) -> list[str]:
     if not log.exists():
         return []
@@ -123,7 +111,7 @@ def test_a_worker_cut_off_mid_batch_loses_nothing(
     log = tmp_path / "scorings.log"
     w1 = start(workers, url, hosts.w1)
     start(workers, url, hosts.w2)
-    jobs = logged("cut", 40, log, sleep_s=0.3)
+    jobs = logged_jobs("cut", 40, log, sleep_s=0.3)
     with ChalkClient(url) as client:
         batch = client.submit_batch(jobs)
         wait_until(lambda: len(events(log, "start", w1.pid)) >= 3, 30, "w1 to start jobs")
@@ -173,7 +161,7 @@ def test_a_client_cut_off_mid_wait_gets_every_result_after_the_heal(
     hosts: Hosts, url: str, workers: WorkerFactory, tmp_path: Path
 ) -> None:
     start(workers, url, hosts.w1)
-    jobs = logged("wait", 24, tmp_path / "scorings.log", sleep_s=0.3)
+    jobs = logged_jobs("wait", 24, tmp_path / "scorings.log", sleep_s=0.3)
     with ChalkClient(url) as client:
         batch = client.submit_batch(jobs)
         hosts.client.cut()
@@ -188,7 +176,7 @@ def test_sigterm_ends_a_worker_cut_off_from_redis_within_its_grace(
 ) -> None:
     log = tmp_path / "scorings.log"
     w1 = start(workers, url, hosts.w1, CHALK_SHUTDOWN_GRACE_S="4")
-    jobs = logged("term", 16, log, sleep_s=0.5)
+    jobs = logged_jobs("term", 16, log, sleep_s=0.5)
     with ChalkClient(url) as client:
         batch = client.submit_batch(jobs)
         wait_until(lambda: len(events(log, "start", w1.pid)) >= 4, 30, "w1 to start jobs")
@@ -211,7 +199,7 @@ def test_a_second_sigterm_stops_a_cut_off_worker_at_once(
 ) -> None:
     log = tmp_path / "scorings.log"
     w1 = start(workers, url, hosts.w1, CHALK_SHUTDOWN_GRACE_S="60")
-    jobs = logged("twice", 8, log, sleep_s=0.3)
+    jobs = logged_jobs("twice", 8, log, sleep_s=0.3)
     with ChalkClient(url) as client:
         client.submit_batch(jobs)
         wait_until(lambda: len(events(log, "end", w1.pid)) >= 2, 30, "w1 to finish jobs")

@@ -14,29 +14,16 @@ from collections import Counter
 
 import pytest
 import redis
-from support import held_count, wait_until
+from support import held_count, logged_jobs, wait_until
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob, Submission
-from chalk_client.judges import AlwaysPassJudge, CustomJudge, ExecutableJudge
+from chalk_client.judges import AlwaysPassJudge, ExecutableJudge
 
 SCRIPT = (
     "import json, sys\n"
     "n = int(open(sys.argv[1]).read())\n"
     "json.dump({'score': n % 2, 'metadata': {}}, open(sys.argv[2], 'w'))\n"
 )
-
-
-def logged_jobs(prefix: str, count: int, log: str, sleep_s: float) -> list[ScoringJob]:
-    """Jobs whose judge logs ``start``/``end`` lines to ``log`` and sleeps ``sleep_s``."""
-    return [
-        ScoringJob(
-            id=f"{prefix}-{i:03d}",
-            judge=CustomJudge(
-                "test_log", {"log": log, "key": f"{prefix}-{i:03d}", "sleep_s": sleep_s}
-            ),
-        )
-        for i in range(count)
-    ]
 
 
 def ended(scorings) -> Counter[str]:  # type: ignore[no-untyped-def]

@@ -10,25 +10,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import wait_until
+from support import logged_jobs, wait_until
 
-from chalk_client import ChalkClient, JobStatus, ScoringJob
-from chalk_client.judges import CustomJudge
+from chalk_client import ChalkClient, JobStatus
 
 CONCURRENCY = 4
-
-
-def logged(prefix: str, count: int, log: Path, sleep_s: float) -> list[ScoringJob]:
-    """Jobs that log their start to ``log`` and take ``sleep_s``."""
-    return [
-        ScoringJob(
-            id=f"{prefix}-{i:03d}",
-            judge=CustomJudge(
-                "test_log", {"log": str(log), "key": f"{prefix}-{i:03d}", "sleep_s": sleep_s}
-            ),
-        )
-        for i in range(count)
-    ]
 
 
 def starts(log: Path) -> list[str]:
@@ -42,9 +28,11 @@ def test_high_jobs_start_before_every_waiting_normal_one(own_redis_url, start_wo
     log.touch()
     start_worker(own_redis_url, concurrency=CONCURRENCY)
     client = ChalkClient(own_redis_url)
-    backlog = client.submit_batch(logged("normal", 300, log, 0.01), batch_id="backlog")
+    backlog = client.submit_batch(logged_jobs("normal", 300, log, 0.01), batch_id="backlog")
     wait_until(lambda: len(starts(log)) >= 20, 30, "the backlog to be under way")
-    urgent = client.submit_batch(logged("high", 5, log, 0.01), priority="high", batch_id="urgent")
+    urgent = client.submit_batch(
+        logged_jobs("high", 5, log, 0.01), priority="high", batch_id="urgent"
+    )
     sent_at = len(starts(log))
     assert [r.status for r in urgent.results(timeout=60)] == [JobStatus.SUCCEEDED] * 5
     order = starts(log)
@@ -63,9 +51,9 @@ def test_a_small_batch_behind_a_big_one_takes_turns_with_it(own_redis_url, start
     log.touch()
     start_worker(own_redis_url, concurrency=CONCURRENCY)
     client = ChalkClient(own_redis_url)
-    big = client.submit_batch(logged("big", 400, log, 0.01), batch_id="big")
+    big = client.submit_batch(logged_jobs("big", 400, log, 0.01), batch_id="big")
     wait_until(lambda: len(starts(log)) >= 20, 30, "the big batch to be under way")
-    small = client.submit_batch(logged("small", 16, log, 0.01), batch_id="small")
+    small = client.submit_batch(logged_jobs("small", 16, log, 0.01), batch_id="small")
     sent_at = len(starts(log))
     assert [r.status for r in small.results(timeout=60)] == [JobStatus.SUCCEEDED] * 16
     order = starts(log)
@@ -83,5 +71,5 @@ def test_a_small_batch_behind_a_big_one_takes_turns_with_it(own_redis_url, start
 def test_an_unknown_priority_is_refused_before_anything_is_sent(own_redis_url):
     client = ChalkClient(own_redis_url)
     with pytest.raises(Exception, match="priority 'urgent' is not one of high, normal, low"):
-        client.submit_batch(logged("x", 1, Path("/dev/null"), 0), priority="urgent")  # type: ignore[arg-type]
+        client.submit_batch(logged_jobs("x", 1, Path("/dev/null"), 0), priority="urgent")  # type: ignore[arg-type]
     assert redis.Redis.from_url(own_redis_url).dbsize() == 0

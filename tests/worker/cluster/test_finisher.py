@@ -35,7 +35,6 @@ def test_results_are_stored_once_each_and_acks_wait_for_them(own_redis_url: str)
             done.set()
 
     finisher = Finisher(leases, OWNER, own_redis_url, on_stored)
-    finisher.start()
     for job in jobs:
         finisher.submit(JobResult(job_id=job.id, status=JobStatus.SUCCEEDED, metadata={"run": 1}))
         assert PENDING.after_stored(job.id, lambda job_id=job.id: acked.append(job_id))  # type: ignore[misc]
@@ -60,7 +59,6 @@ def test_the_finisher_gives_up_on_an_unreachable_redis_when_told() -> None:
         lambda result, written, error, gave_up=False: outcomes.append((written, gave_up)),
         give_up,
     )
-    finisher.start()
     finisher.submit(JobResult(job_id="lost-1", status=JobStatus.SUCCEEDED))
     assert not finisher.flush(timeout=1.5)  # retrying: Redis is away
     give_up.set()
