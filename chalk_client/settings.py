@@ -109,7 +109,7 @@ class StoreSettings(BaseSettings):
     shutdown_grace_s: float = Field(default=30.0, gt=0)
     """How long a worker told to stop (SIGTERM, Ctrl+C) waits for a Redis it cannot reach.
     It finishes the jobs it runs while Redis answers; once Redis was silent this long
-    (counted from the stop or from its last contact), jobs still running are stopped and
+    (counted from the stop, or from its last contact if later), jobs still running are stopped and
     results not stored dropped, all left to other workers (sent again once their leases
     lapse). A second SIGTERM or Ctrl+C stops it at once, the same way."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
