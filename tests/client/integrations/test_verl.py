@@ -18,6 +18,7 @@ import importlib
 import inspect
 import logging
 import sys
+import threading
 import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from chalk_client.errors import ConfigurationError, InvalidJobError
 from chalk_client.integrations import verl
 from chalk_client.integrations.verl import reward_function
 from chalk_client.judges import RegexJudge, RubricJudge
-from chalk_worker.testing.fake_openai import FakeOpenAI
+from chalk_worker.testing.fake_openai import FakeOpenAI, Seen
 
 
 def _call_with_kwargs(raw_fn, extra_kwargs, *args, **kwargs):
@@ -272,7 +273,16 @@ def test_the_reward_loop_s_concurrent_async_calls_go_to_chalk_as_one_batch():
 
 def test_gathered_calls_are_all_in_flight_at_once_unless_concurrency_says_otherwise():
     def in_flight(concurrency: int | None) -> int:
-        with FakeOpenAI(latency_s=0.1) as fake:
+        everyone = threading.Event()
+
+        def hold_until_all_48_arrive(seen: Seen) -> None:
+            # Replies wait (a few seconds at most) for the rest, so that a loaded
+            # machine starting the calls slowly cannot make them look sequential.
+            if fake.in_flight >= 48:
+                everyone.set()
+            everyone.wait(timeout=5 if concurrency is None else 0.1)
+
+        with FakeOpenAI(answer=hold_until_all_48_arrive) as fake:
             reward = reward_function(
                 judge=RubricJudge(rubric=[{"criterion": "correct (met)"}]),
                 settings=fake.settings(),
