@@ -69,14 +69,40 @@ def raw_workers(
 
 
 @contextmanager
-def chalk_workers(
-    url: str, pool: list[str], count: int = 1, env: dict[str, str] | None = None
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` Chalk workers, as ``chalk worker`` starts them (``env`` added to theirs)."""
+def stock_workers(url: str, count: int = 1) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` stock Celery workers (``bench.stock_app``), as a user would start them."""
     with ExitStack() as stack:
         procs = []
         for n in range(count):
-            argv = [sys.executable, "-m", "chalk_client.cli", "worker", *COMMON]
+            argv = [sys.executable, "-m", "celery", "-A", "bench.stock_app", "worker"]
+            argv += [*STOCK_POOL, "-n", f"stock{n}@%h"]
+            procs.append(stack.enter_context(worker(argv, {"BENCH_REDIS_URL": url})))
+        yield procs
+
+
+STOCK_POOL = ["--pool", "threads", "--concurrency", "16"]
+"""The stock baseline's pool: threads, 16 of them; every other flag Celery's default."""
+
+
+@contextmanager
+def chalk_workers(
+    url: str,
+    pool: list[str],
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    *,
+    defaults: bool = False,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` Chalk workers, as ``chalk worker`` starts them (``env`` added to theirs).
+
+    ``defaults``: ``chalk worker`` with nothing but ``pool`` and a name, its log
+    level included (else the quiet, quick-starting ``COMMON`` flags come first).
+    """
+    with ExitStack() as stack:
+        procs = []
+        for n in range(count):
+            argv = [sys.executable, "-m", "chalk_client.cli", "worker"]
+            argv += [] if defaults else COMMON
             argv += [*pool, "-n", f"chalk{n}@%h"]
             procs.append(stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url})))
         yield procs
@@ -98,6 +124,15 @@ def raw_noop(url: str) -> Any:
     """The raw Celery baseline's no-op task, pointed at ``url``."""
     os.environ["BENCH_REDIS_URL"] = url
     from bench.raw_app import app, noop
+
+    app.conf.broker_url = app.conf.result_backend = url
+    return noop
+
+
+def stock_noop(url: str) -> Any:
+    """The stock Celery baseline's no-op task, pointed at ``url``."""
+    os.environ["BENCH_REDIS_URL"] = url
+    from bench.stock_app import app, noop
 
     app.conf.broker_url = app.conf.result_backend = url
     return noop

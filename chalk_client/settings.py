@@ -112,6 +112,10 @@ class StoreSettings(BaseSettings):
     (counted from the stop, or from its last contact if later), jobs still running are stopped and
     results not stored dropped, all left to other workers (sent again once their leases
     lapse). A second SIGTERM or Ctrl+C stops it at once, the same way."""
+    worker_log_tasks: bool = False
+    """Whether a worker logs Celery's two lines a task (``Task chalk.score[...] received`` and
+    ``... succeeded in``). Off by default: at a thousand trivial jobs a second they are a
+    tenth of a worker's CPU. Flower, ``chalk status`` and the job's own record show each job."""
     visibility_timeout_s: float = Field(default=12 * 3600.0, gt=0)
     """Redis broker: when a message left in kombu's own ``unacked`` hash (other queues,
     workers of older versions) is delivered again; Chalk's workers hold theirs by lease."""

@@ -299,6 +299,18 @@ def _note_pool(instance: object = None, **_: object) -> None:
     delivery.NOTE_RECEIPTS = not name.endswith(("thread", "threads", "solo"))
 
 
+TASK_LINE_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+"""Celery's loggers of a task's ``received`` and ``succeeded`` lines."""
+
+
+def _quiet_task_lines(**_: object) -> None:
+    # Celery reads these levels once, as it builds each task's strategy and tracer,
+    # which happens after this (the consumer has not started yet).
+    if not ChalkSettings().worker_log_tasks:
+        for name in TASK_LINE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _send_in_background(**_: object) -> None:
     # A worker sends its events and acknowledgements from threads of their own
     # (chalk_worker.broker.background).
@@ -381,6 +393,7 @@ def _forget_child(pid: int | None = None, **_: object) -> None:
 worker_init.connect(_send_in_background, weak=False)
 worker_init.connect(_probe_sandbox, weak=False)
 celeryd_after_setup.connect(_note_pool, weak=False)
+celeryd_after_setup.connect(_quiet_task_lines, weak=False)
 # A worker waiting for a full Redis to take a message gives up when told to stop.
 worker_shutting_down.connect(_begin_shutdown, weak=False)
 celeryd_after_setup.connect(_wait_for_store, weak=False)

@@ -382,3 +382,17 @@ def test_a_root_worker_says_why_running_as_root_is_right(shared_worker):
     assert "scripts never run as root" in log[note:]
     # Said before Celery's own warning, which a root worker always prints.
     assert note < log.index("superuser privileges")
+
+
+def test_celery_s_lines_for_each_task_are_off_unless_asked_for(own_redis_url, start_worker):
+    client = ChalkClient(own_redis_url)
+    quiet = start_worker(own_redis_url)  # at -l info, as chalk worker starts
+    job = client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=30)
+    assert job.status is JobStatus.SUCCEEDED
+    stop(quiet.proc)
+    assert "] received" not in quiet.text() and "succeeded in" not in quiet.text()
+
+    told = start_worker(own_redis_url, env={"CHALK_WORKER_LOG_TASKS": "true"})
+    client.submit_and_wait(ScoringJob(judge=AlwaysPassJudge()), timeout=30)
+    told.wait_for("] received")
+    told.wait_for("succeeded in")

@@ -61,7 +61,8 @@ def job_of(message: bytes) -> str:
 
 def test_a_full_redis_delays_jobs_and_loses_none(full_redis, start_worker, scorings):
     url, store = full_redis
-    worker = start_worker(url, concurrency=2)
+    # Celery's "received" line tells when the worker took the message.
+    worker = start_worker(url, concurrency=2, env={"CHALK_WORKER_LOG_TASKS": "true"})
     # Recorded and queued on a queue no worker reads, to hand the worker at the right moment.
     parked = ChalkClient(url, settings=ChalkSettings(queue="parked"))
     handles = {
