@@ -43,7 +43,7 @@ from chalk_client.cluster.sentinel import KombuSentinelOptions, SentinelOptions
 from chalk_client.errors import ConfigurationError, JobFailedError
 from chalk_client.settings import ChalkSettings
 from chalk_worker import metrics
-from chalk_worker.broker import background
+from chalk_worker.broker import background, fastjson
 from chalk_worker.cluster import delivery, presence, shutdown
 from chalk_worker.cluster.consume import WorkerRuntime, worker_runtime, worker_runtime_if_made
 from chalk_worker.cluster.delivery import LostAttempt
@@ -313,8 +313,10 @@ def _quiet_task_lines(**_: object) -> None:
 
 def _send_in_background(**_: object) -> None:
     # A worker sends its events and acknowledgements from threads of their own
-    # (chalk_worker.broker.background).
+    # (chalk_worker.broker.background), and writes and reads JSON with orjson where
+    # that reads back the same (chalk_worker.broker.fastjson).
     background.enable()
+    fastjson.install()
 
 
 def _send_last_events(**_: object) -> None:

@@ -14,9 +14,9 @@ import base64
 import binascii
 
 from kombu.compression import decompress
-from kombu.utils.json import loads
 
 from chalk_client.cluster.messages import TASK_NAME
+from chalk_worker.broker.fastjson import loads
 
 SHOWN_CHARS = 300
 """How much of a dropped entry the log shows."""

@@ -63,7 +63,6 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
-from kombu.utils.json import dumps, loads
 from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from chalk_client.cluster import keys
@@ -71,6 +70,7 @@ from chalk_client.cluster.lanes import MAX_TAKE, TAKE, TOKEN, take_args
 from chalk_client.cluster.messages import HeldEntry
 from chalk_worker.broker import background
 from chalk_worker.broker.entries import check_envelope, check_task, job_of, why_dropped
+from chalk_worker.broker.fastjson import dumps, loads
 from chalk_worker.broker.qos import RETRY_MAX_S, QoS
 from chalk_worker.cluster import delivery
 from chalk_worker.cluster.delivery import HeldMessages
