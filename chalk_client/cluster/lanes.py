@@ -134,44 +134,56 @@ TAKE = Script(
 local queue, held = KEYS[1], KEYS[2]
 local want = tonumber(ARGV[2] or '1')
 local woken = ARGV[1] == '1'
+local queue_empty = false
 local taken = {}
 
-local function from_lanes()
+-- The next messages of the least served lane, as many as taking them one at a time
+-- would take before another lane's turn (and at most room): one RPOP, one ZADD.
+local function from_lanes(room)
   for rank = 0, 2 do
     local ring = 'RING_PREFIX' .. rank .. ':' .. queue
     while true do
-      local least = redis.call('ZRANGE', ring, 0, 0, 'WITHSCORES')
+      local least = redis.call('ZRANGE', ring, 0, 1, 'WITHSCORES')
       if #least == 0 then break end
-      local message = redis.call('RPOP', least[1])
-      if message then
-        if redis.call('LLEN', least[1]) > 0 then
-          redis.call('ZADD', ring, tonumber(least[2]) + 1, least[1])
-        else  -- its last message: the lane leaves the ring, its watermark goes
-          redis.call('ZREM', ring, least[1])
-          redis.call('ZREM', KEYS[3], least[1])
-        end
-        return message
+      local lane, score = least[1], tonumber(least[2])
+      local count = room
+      if #least == 4 then  -- another lane's turn comes once this one's score passes its
+        count = math.min(room, math.max(tonumber(least[4]) - score, 1))
       end
-      redis.call('ZREM', ring, least[1])  -- emptied by hand
-      redis.call('ZREM', KEYS[3], least[1])
+      local messages = redis.call('RPOP', lane, count)
+      if messages then
+        if redis.call('LLEN', lane) > 0 then
+          redis.call('ZADD', ring, score + #messages, lane)
+        else  -- its last message: the lane leaves the ring, its watermark goes
+          redis.call('ZREM', ring, lane)
+          redis.call('ZREM', KEYS[3], lane)
+        end
+        return messages
+      end
+      redis.call('ZREM', ring, lane)  -- emptied by hand
+      redis.call('ZREM', KEYS[3], lane)
     end
   end
   return nil
 end
 
 while #taken < want do
-  local message = nil
+  local got = nil
   if woken then
     redis.call('LREM', held, 1, 'TOKEN')
     woken = false
-  else
+  elseif not queue_empty then  -- nothing is pushed while this script runs
     local head = redis.call('RPOP', queue)
-    if head and head ~= 'TOKEN' then message = head end
+    if not head then
+      queue_empty = true
+    elseif head ~= 'TOKEN' then
+      got = {head}
+    end
   end
-  if not message then message = from_lanes() end
-  if not message then break end
-  redis.call('LPUSH', held, message)
-  taken[#taken + 1] = message
+  if not got then got = from_lanes(want - #taken) end
+  if not got then break end
+  redis.call('LPUSH', held, unpack(got))
+  for _, message in ipairs(got) do taken[#taken + 1] = message end
 end
 return taken
 """.replace("RING_PREFIX", keys.RING_PREFIX).replace("TOKEN", TOKEN),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 import redis
@@ -124,3 +125,40 @@ def test_one_take_moves_many_messages_in_the_order_single_takes_would(own_redis_
     assert store.eval(TAKE.text, *take_args("chalk", consumer, woken=False, count=3)) == []
     assert store.llen("chalk") == 0 and store.llen(keys.held(consumer)) == 7  # tokens all gone
     assert take_args("chalk", consumer, woken=False, count=10**6)[-1] == str(MAX_TAKE)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_takes_of_any_size_give_the_order_of_single_takes(own_redis_url: str, seed: int) -> None:
+    # Two queues get the same submits and takes; one is then emptied by takes of
+    # random sizes, the other one message at a time: lanes joining late, ties of
+    # turns and lanes of every length included.
+    rng = random.Random(seed)
+    store = redis.Redis.from_url(own_redis_url)
+    plan = [
+        (rng.choice(["high", "normal", "normal", "low"]), rng.randint(1, 12))
+        for _ in range(rng.randint(2, 6))
+    ]
+    early = rng.randint(0, 5)
+    orders = []
+    for queue, sizes in (("many", lambda: rng.randint(1, 9)), ("single", lambda: 1)):
+        client = ChalkClient(own_redis_url, settings=ChalkSettings(queue=queue))
+        consumer = f"{queue}@w:h:1:t:1"
+
+        def take(count: int, queue: str = queue, consumer: str = consumer) -> list[str]:
+            found = store.eval(TAKE.text, *take_args(queue, consumer, woken=False, count=count))
+            return [HeldEntry.parse(raw).job_id.split(":", 1)[1] for raw in found]
+
+        taken = []
+        for n, (priority, size) in enumerate(plan):
+            batch = [
+                ScoringJob(id=f"{queue}:b{n}-{i}", judge=AlwaysPassJudge()) for i in range(size)
+            ]
+            client.submit_batch(batch, batch_id=f"b{n}", priority=priority)  # type: ignore[arg-type]
+            if n == len(plan) // 2:
+                for _ in range(early):
+                    taken += take(1)
+        while got := take(sizes()):
+            taken += got
+        orders.append(taken)
+    assert orders[0] == orders[1]
+    assert len(orders[0]) == sum(size for _, size in plan)
