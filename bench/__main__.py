@@ -29,6 +29,7 @@ BENCHMARKS = (
     "programs",
     "rubric",
     "inprocess",
+    "llm_cpu",
     "batch",
     "submission",
     "footprint",

@@ -11,6 +11,13 @@ it after the fork) and per event loop (an HTTP connection pool belongs to one
 loop), then reused, connections included. Retries with exponential backoff and
 jitter on 429, 5xx, timeouts and connection errors, ``Retry-After`` honoured,
 are the ``openai`` client's own (``CHALK_LLM_MAX_RETRIES``).
+
+What a request costs this process's CPU matters: a trainer scoring in its own
+process, or a worker on two cores, pays it for every criterion of every job
+(``bench.llm_cpu``). So the client sends over aiohttp (``openai.DefaultAioHttpClient``)
+rather than its default httpx transport, and the pool reads the reply's body once,
+with orjson, into a ``Completion`` of the four fields a verdict needs, instead of
+building the SDK's pydantic ``ChatCompletion``.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+import aiohttp
 import httpx
 import openai
-from openai.types.chat import ChatCompletion
+import orjson
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings, LLMSettings
@@ -81,6 +90,48 @@ class LLMServer:
             max_retries=settings.llm_max_retries,
             timeout_s=settings.llm_request_timeout_s,
         )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a verdict needs of a chat completion: the first choice's message and the usage."""
+
+    content: str | None
+    """The first choice's message content (``None`` when the reply has none)."""
+    refusal: str | None = None
+    """The first choice's refusal, when the model refused instead of answering."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Completion:
+        """Read a reply's body; what the server left out or sent malformed reads as missing.
+
+        Raises ``ValueError`` when the body is not JSON (or nested too deeply to read).
+        """
+        data = orjson.loads(body)
+        message: object = None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+        if not isinstance(message, dict):
+            message = {}
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            usage = {}
+        return cls(
+            content=_typed(message.get("content"), str),
+            refusal=_typed(message.get("refusal"), str),
+            prompt_tokens=_typed(usage.get("prompt_tokens"), int) or 0,
+            completion_tokens=_typed(usage.get("completion_tokens"), int) or 0,
+        )
+
+
+_T = TypeVar("_T")
+
+
+def _typed(value: object, kind: type[_T]) -> _T | None:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
 class ProcessSlots:
@@ -214,9 +265,11 @@ class LLMPool:
                     api_key=server.api_key,
                     max_retries=server.max_retries,
                     timeout=server.timeout_s,
-                    # The SDK's own defaults (1000 connections, 100 kept alive), plus pacing
-                    # of every request (retries too) and a watcher of the replies.
-                    http_client=openai.DefaultAsyncHttpxClient(
+                    # The SDK's own defaults (1000 connections, 100 kept alive) over aiohttp,
+                    # which costs about a third less CPU per request than its httpx
+                    # transport (bench.llm_cpu), plus pacing of every request (retries
+                    # too) and a watcher of the replies.
+                    http_client=openai.DefaultAioHttpClient(
                         event_hooks={
                             "request": [self._pacer(server.base_url)],
                             "response": [self._watch(server.base_url)],
@@ -253,29 +306,37 @@ class LLMPool:
 
     async def complete(
         self, server: LLMServer, *, timeout_s: float, **request: object
-    ) -> ChatCompletion:
+    ) -> Completion:
         """One chat completion, under the cap and the rate limits, with the client's retries.
 
         The slot is held through the retries and their backoff, so a server in
         trouble gets fewer requests from this process, not more; each attempt
         waits for its turn under the rate limits (``pace``) while holding it.
-        Raises the ``openai`` client's errors as they are, for the caller to judge.
+        Raises the ``openai`` client's errors for the caller to judge, and
+        ``ValueError`` for a reply whose body is not JSON.
         """
         await self.slots.acquire()
         try:
             client = self.client(server)
-            # The client's generic ``post`` sends the same body, with the same retries,
-            # errors and parsing, as ``chat.completions.create``, without ``create``'s
-            # walk of the request through every member of its typed-dict unions: that
-            # walk cost more CPU than the rest of the request (BENCHMARKS.md), and our
-            # plain JSON request has nothing for it to rename.
-            reply: ChatCompletion = await client.post(
-                "/chat/completions",
-                body=request,
-                cast_to=ChatCompletion,
-                options={"timeout": timeout_s},
-            )
-            return reply
+            # The client's generic ``post`` sends the same body, with the same retries
+            # and errors, as ``chat.completions.create``, without ``create``'s walk of
+            # the request through every member of its typed-dict unions (our plain JSON
+            # request has nothing for it to rename); asking for the raw response skips
+            # the build of a pydantic ``ChatCompletion`` of which a verdict reads four
+            # fields. Each cost more CPU than the rest of the request (BENCHMARKS.md).
+            try:
+                response = await client.post(
+                    "/chat/completions",
+                    body=request,
+                    cast_to=httpx.Response,
+                    options={"timeout": timeout_s},
+                )
+            except openai.APITimeoutError as exc:
+                failure = connection_failure(exc)
+                if failure is None:
+                    raise
+                raise openai.APIConnectionError(request=exc.request) from failure
+            return Completion.from_json(response.content)
         finally:
             self.slots.release()
 
@@ -318,6 +379,22 @@ async def close_llm_clients() -> None:
     if pool is not None and pool.pid == os.getpid():
         await pool.close()
     await close_loop_redis()
+
+
+def connection_failure(exc: openai.APITimeoutError) -> aiohttp.ClientConnectionError | None:
+    """The connection failure behind a "timeout", when aiohttp's transport mislabelled one.
+
+    The SDK's aiohttp transport maps any ``aiohttp.ClientConnectionError`` it has no
+    better name for to ``httpx.ConnectTimeout`` (a refused connection, a server
+    that hung up), and the SDK then raises ``APITimeoutError``. The SDK retries both
+    alike; only the error the caller sees, and so its message, would be wrong.
+    """
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, aiohttp.ClientError):
+        cause = cause.__cause__
+    if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, TimeoutError):
+        return cause
+    return None
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -16,11 +16,10 @@ import time
 from dataclasses import dataclass
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from chalk_client.errors import LLMUnavailableError
 from chalk_client.settings import ChalkSettings
-from chalk_worker.llm.client import LLMPool, LLMServer, describe_failure
+from chalk_worker.llm.client import Completion, LLMPool, LLMServer, describe_failure
 from chalk_worker.llm.verdict_cache import CachedVerdict, verdict_cache, verdict_key
 
 PROMPT_VERSION = "1"
@@ -120,28 +119,16 @@ def build_messages(criterion: str, context: str, *, structured: bool) -> list[di
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _content(reply: ChatCompletion | None) -> str | None:
+def _content(reply: Completion | None) -> str | None:
     if reply is None:
         return None
-    try:  # a server's reply may lack what its type promises
-        message = reply.choices[0].message
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return None
-    content = getattr(message, "content", None)
-    refusal = getattr(message, "refusal", None)
-    if not isinstance(content, str) and isinstance(refusal, str):
-        return f"(refused: {refusal})"
-    return content if isinstance(content, str) else None
+    if reply.content is None and reply.refusal is not None:
+        return f"(refused: {reply.refusal})"
+    return reply.content
 
 
-def _tokens(reply: ChatCompletion | None) -> tuple[int, int]:
-    usage = getattr(reply, "usage", None)
-    prompt = getattr(usage, "prompt_tokens", 0)
-    completion = getattr(usage, "completion_tokens", 0)
-    return (
-        prompt if isinstance(prompt, int) else 0,
-        completion if isinstance(completion, int) else 0,
-    )
+def _tokens(reply: Completion | None) -> tuple[int, int]:
+    return (reply.prompt_tokens, reply.completion_tokens) if reply is not None else (0, 0)
 
 
 async def ask_verdict(
@@ -184,9 +171,7 @@ async def ask_verdict(
         timeout_s = min(server.timeout_s, max(deadline - time.monotonic(), 0.01))
         requests += 1
         try:
-            reply: ChatCompletion | None = await pool.complete(
-                server, timeout_s=timeout_s, **request
-            )
+            reply: Completion | None = await pool.complete(server, timeout_s=timeout_s, **request)
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
             if structured:  # most likely no structured output here: ask for plain text
                 structured, fell_back, follow_up = False, True, []

@@ -23,7 +23,7 @@ def test_figures_pass_or_fail_by_their_goal():
 
 HALVES = (
     "codegen,submission,http_api",
-    "throughput,latency,sandbox,inprocess,programs,sharing,batch",
+    "throughput,latency,sandbox,inprocess,llm_cpu,programs,sharing,batch",
 )
 """The benchmarks the smoke test runs, in two processes at once (they mostly wait)."""
 
@@ -54,6 +54,8 @@ def test_the_whole_suite_runs_in_smoke_mode():
         "worker peak RSS growth",
         "in-process 20 threads x score_job",
         "in-process score_jobs",
+        "CPU per rubric call",
+        "LLMPool.complete vs the bare openai client",
         "codegen",
         "tests judge, 8 languages",
         "/run_code, 32 clients",
