@@ -96,13 +96,14 @@ def chalk_workers(
     """``count`` Chalk workers, as ``chalk worker`` starts them (``env`` added to theirs).
 
     ``defaults``: ``chalk worker`` with nothing but ``pool`` and a name, its log
-    level included (else the quiet, quick-starting ``COMMON`` flags come first).
+    level and its processes (one per core) included; else the quiet, quick-starting
+    ``COMMON`` flags come first, and each worker is one process.
     """
     with ExitStack() as stack:
         procs = []
         for n in range(count):
             argv = [sys.executable, "-m", "chalk_client.cli", "worker"]
-            argv += [] if defaults else COMMON
+            argv += [] if defaults else [*COMMON, "--processes", "1"]
             argv += [*pool, "-n", f"chalk{n}@%h"]
             procs.append(stack.enter_context(worker(argv, {**(env or {}), "CHALK_REDIS_URL": url})))
         yield procs

@@ -112,6 +112,11 @@ class StoreSettings(BaseSettings):
     (counted from the stop, or from its last contact if later), jobs still running are stopped and
     results not stored dropped, all left to other workers (sent again once their leases
     lapse). A second SIGTERM or Ctrl+C stops it at once, the same way."""
+    worker_processes: int | None = Field(default=None, ge=1)
+    """How many worker processes ``chalk worker`` starts (as ``--processes``); unset: one
+    per usable core with the threads pool, one with another pool. Each process is told
+    the count and sizes what it sizes by cores (scripts at once, regex helpers) by its
+    share of them."""
     worker_log_tasks: bool = False
     """Whether a worker logs Celery's two lines a task (``Task chalk.score[...] received`` and
     ``... succeeded in``). Off by default: at a thousand trivial jobs a second they are a

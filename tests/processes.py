@@ -114,6 +114,8 @@ class WorkerFactory:
                 *(["--concurrency", str(concurrency)] if concurrency else []),
                 "-l",
                 "info",
+                # One process per worker unless the test asks for more: what it kills is the worker.
+                *([] if "--processes" in args else ["--processes", "1"]),
                 *args,
             ]
             proc = subprocess.Popen(

@@ -19,6 +19,9 @@ chalk worker: Celery's worker, for Chalk's app (chalk_worker.app). It needs CHAL
 Unless you give them, chalk worker adds: --pool threads, --concurrency 64 (with the threads
 pool; another pool keeps Celery's default), --loglevel INFO, --without-mingle, --without-gossip.
 Every Celery worker option passes through, e.g. --concurrency 128 -n second@%h.
+With the threads pool it runs one worker process per usable core (each a Celery worker
+named NAME-1@HOST, NAME-2@HOST, ..., sharing --concurrency), and says so at start;
+--processes N (or CHALK_WORKER_PROCESSES=N) sets how many, --processes 1 runs one.
 Run it as root: it then runs each scoring script as an unprivileged user of its own
 (uid CHALK_SANDBOX_UID_BASE + slot) inside the sandbox; scripts never run as root.
 

@@ -19,11 +19,13 @@ from chalk_client.cli.celery_args import (
     wants_help,
 )
 from chalk_client.cli.ops import eta_line
+from chalk_client.cli.processes import option_value, supervise, take_processes
 from chalk_client.cli.progress import ResultSink
 from chalk_client.cli.rescore import clear_results
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.lanes import shares, waiting_lanes
+from chalk_client.cores import usable_cores
 from chalk_client.extras import require_worker
 from chalk_client.jobs import DEFAULT_PRIORITY, JobStatus, Priority, ScoringJob
 from chalk_client.settings import ChalkSettings
@@ -87,7 +89,9 @@ def worker_argv(args: Sequence[str]) -> list[str]:
 
 
 def run_worker(args: Sequence[str]) -> int:
-    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly).
+    """Replace this process by a Celery worker for the cluster (``kill`` reaches it directly),
+    or, with more than one process (``--processes``, by default one per core with the
+    threads pool), start them and stay as their parent (``chalk_client.cli.processes``).
 
     ``--help`` says what Chalk adds, then shows Celery's help; it needs no cluster.
     """
@@ -98,10 +102,17 @@ def run_worker(args: Sequence[str]) -> int:
         os.execv(argv[0], argv)
     if not _need_cluster("worker"):
         return 2
+    pool, _ = option_value(list(args), ("-P", "--pool"))
+    count, args = take_processes(args, pool)
     if os.geteuid() == 0:
         print(ROOT_NOTE, file=sys.stderr, flush=True)
     argv = worker_argv(args)
-    os.execv(argv[0], argv)
+    given, _ = option_value(argv, ("-c", "--concurrency"))
+    concurrency = int(given) if given and given.isdigit() else usable_cores()
+    count = max(1, min(count, concurrency))
+    if count == 1:
+        os.execv(argv[0], argv)
+    return supervise(argv, count, concurrency)
 
 
 def run_flower(args: Sequence[str]) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from chalk_client.cores import cores_per_process
 from chalk_client.errors import CommandRefusedError
 from chalk_client.judge_specs import ExecutableJudge
 from chalk_client.scoring import Scoring, ZeroCause
@@ -44,8 +45,9 @@ _T = TypeVar("_T")
 
 
 def subprocess_slots() -> int:
-    """How many subprocess judges one worker process runs at once: one per core."""
-    return os.cpu_count() or 1
+    """How many subprocess judges one worker process runs at once: one per core of its
+    share (``chalk worker`` with several processes shares the cores among them)."""
+    return cores_per_process()
 
 
 class ScriptThreads:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Pipe
 from typing import TYPE_CHECKING, TypeVar
 
+from chalk_client.cores import cores_per_process
 from chalk_worker.regex.search import (
     NOT_BEGUN,
     PROGRESS_BYTES,
@@ -197,7 +198,7 @@ class RegexPool:
     def __init__(self, size: int | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self.size = size or os.cpu_count() or 1
+        self.size = size or cores_per_process()
         # Helpers are started and reaped on threads of the pool's own: the loop's default
         # executor may be busy with other jobs' work, and a time limit must not wait for it.
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chalk-regex")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from chalk_client.cores import cores_per_process
 from chalk_client.settings import ChalkSettings
 from chalk_worker.sandbox import syscalls
 from chalk_worker.sandbox.bwrap import beside_packages
@@ -73,7 +74,7 @@ class ServerPools:
                 own_python=not beside_packages(self.settings.sandbox_paths),
                 tasks=kind == "warm",
             )
-            made = ForkServerPool(config, max_idle=os.cpu_count() or 1)
+            made = ForkServerPool(config, max_idle=cores_per_process())
             self._pools[kind] = made
             return made
 

@@ -131,6 +131,7 @@ def test_the_services_and_their_settings(compose):
     assert worker["cgroup"] == "private"
     assert "/run/chalk-sandbox" in worker["tmpfs"]
     assert env["CHALK_METRICS_PORT"] in [str(port) for port in worker["expose"]]
+    assert env["CHALK_WORKER_PROCESSES"] == "1"  # scaled by containers: one port each
     assert worker["depends_on"]["redis"]["condition"] == "service_healthy"
 
     flower = services["flower"]
