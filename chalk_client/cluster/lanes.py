@@ -134,7 +134,6 @@ TAKE = Script(
 local queue, held = KEYS[1], KEYS[2]
 local want = tonumber(ARGV[2] or '1')
 local woken = ARGV[1] == '1'
-local queue_empty = false
 local taken = {}
 
 -- The next messages of the least served lane, as many as taking them one at a time
@@ -167,23 +166,59 @@ local function from_lanes(room)
   return nil
 end
 
+-- Up to n messages of the lanes, in the order single takes would give them.
+local function from_lanes_n(n)
+  local got = {}
+  while #got < n do
+    local some = from_lanes(n - #got)
+    if not some then break end
+    for _, message in ipairs(some) do got[#got + 1] = message end
+  end
+  return got
+end
+
+local function hold(messages)
+  if #messages == 0 then return end
+  redis.call('LPUSH', held, unpack(messages))
+  for _, message in ipairs(messages) do taken[#taken + 1] = message end
+end
+
+-- What single takes do, many at a time: each take pops one entry of the queue's list
+-- (a message pushed straight in is taken as it is; a token, or nothing, stands for the
+-- next message of the lanes) and ends the taking if the lanes have none.
+if woken then  -- the token the consumer's BLMOVE moved stands for the first
+  redis.call('LREM', held, 1, 'TOKEN')
+  local got = from_lanes_n(1)
+  hold(got)
+  if #got == 0 then return taken end
+end
 while #taken < want do
-  local got = nil
-  if woken then
-    redis.call('LREM', held, 1, 'TOKEN')
-    woken = false
-  elseif not queue_empty then  -- nothing is pushed while this script runs
-    local head = redis.call('RPOP', queue)
-    if not head then
-      queue_empty = true
-    elseif head ~= 'TOKEN' then
-      got = {head}
+  local room = want - #taken
+  local entries = redis.call('RPOP', queue, room) or {}
+  local index = 1
+  while index <= #entries do
+    if entries[index] ~= 'TOKEN' then
+      hold({entries[index]})
+      index = index + 1
+    else
+      local last = index
+      while last < #entries and entries[last + 1] == 'TOKEN' do last = last + 1 end
+      local got = from_lanes_n(last - index + 1)
+      hold(got)
+      if index + #got <= last then
+        -- the lanes ran dry: that token is spent, the entries after it go back
+        for back = #entries, index + #got + 1, -1 do
+          redis.call('RPUSH', queue, entries[back])
+        end
+        return taken
+      end
+      index = last + 1
     end
   end
-  if not got then got = from_lanes(want - #taken) end
-  if not got then break end
-  redis.call('LPUSH', held, unpack(got))
-  for _, message in ipairs(got) do taken[#taken + 1] = message end
+  if #entries < room then  -- the list ran dry: the rest come from the lanes, if any
+    hold(from_lanes_n(room - #entries))
+    break
+  end
 end
 return taken
 """.replace("RING_PREFIX", keys.RING_PREFIX).replace("TOKEN", TOKEN),

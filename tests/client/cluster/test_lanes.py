@@ -12,7 +12,7 @@ from queueing import take_raw
 from chalk_client import ChalkClient, ChalkSettings, ScoringJob
 from chalk_client.cluster import keys
 from chalk_client.cluster.lanes import MAX_TAKE, TAKE, TOKEN, take_args, waiting_lanes
-from chalk_client.cluster.messages import HeldEntry
+from chalk_client.cluster.messages import HeldEntry, redis_message
 from chalk_client.judges import AlwaysPassJudge
 from chalk_client.server.queues import _PrioritySlots
 from chalk_worker.cluster.delivery import HeldMessages
@@ -127,20 +127,23 @@ def test_one_take_moves_many_messages_in_the_order_single_takes_would(own_redis_
     assert take_args("chalk", consumer, woken=False, count=10**6)[-1] == str(MAX_TAKE)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_takes_of_any_size_give_the_order_of_single_takes(own_redis_url: str, seed: int) -> None:
-    # Two queues get the same submits and takes; one is then emptied by takes of
-    # random sizes, the other one message at a time: lanes joining late, ties of
-    # turns and lanes of every length included.
+    # Two queues get the same submits, messages pushed straight into the queue's list
+    # and takes; one is then emptied by takes of random sizes, the other one message
+    # at a time: lanes joining late, ties of turns, lanes of every length, tokens and
+    # plain messages mixed in the list. Both must take the same messages in the same
+    # order and leave the same tokens behind.
     rng = random.Random(seed)
     store = redis.Redis.from_url(own_redis_url)
     plan = [
-        (rng.choice(["high", "normal", "normal", "low"]), rng.randint(1, 12))
+        (rng.choice(["high", "normal", "normal", "low"]), rng.randint(1, 12), rng.randint(0, 2))
         for _ in range(rng.randint(2, 6))
     ]
     early = rng.randint(0, 5)
-    orders = []
-    for queue, sizes in (("many", lambda: rng.randint(1, 9)), ("single", lambda: 1)):
+    sizes = [rng.randint(1, 9) for _ in range(100)]
+    orders, left = [], []
+    for queue, many in (("many", True), ("single", False)):
         client = ChalkClient(own_redis_url, settings=ChalkSettings(queue=queue))
         consumer = f"{queue}@w:h:1:t:1"
 
@@ -148,17 +151,27 @@ def test_takes_of_any_size_give_the_order_of_single_takes(own_redis_url: str, se
             found = store.eval(TAKE.text, *take_args(queue, consumer, woken=False, count=count))
             return [HeldEntry.parse(raw).job_id.split(":", 1)[1] for raw in found]
 
-        taken = []
-        for n, (priority, size) in enumerate(plan):
+        taken: list[str] = []
+        for n, (priority, size, straight) in enumerate(plan):
             batch = [
                 ScoringJob(id=f"{queue}:b{n}-{i}", judge=AlwaysPassJudge()) for i in range(size)
             ]
             client.submit_batch(batch, batch_id=f"b{n}", priority=priority)  # type: ignore[arg-type]
+            for i in range(straight):
+                store.lpush(queue, redis_message(f"{queue}:s{n}-{i}", queue))
             if n == len(plan) // 2:
                 for _ in range(early):
                     taken += take(1)
-        while got := take(sizes()):
+        for size in sizes:
+            got = take(size if many else 1)
+            if not got:
+                break
             taken += got
         orders.append(taken)
+        left.append((store.lrange(queue, 0, -1), store.llen(keys.held(consumer))))
     assert orders[0] == orders[1]
-    assert len(orders[0]) == sum(size for _, size in plan)
+    assert sorted(orders[0]) == sorted(
+        [f"b{n}-{i}" for n, (_, size, _) in enumerate(plan) for i in range(size)]
+        + [f"s{n}-{i}" for n, (_, _, straight) in enumerate(plan) for i in range(straight)]
+    )
+    assert left[0] == left[1]
