@@ -340,10 +340,14 @@ class EmbeddedQueue:
         from chalk_worker.sandbox import cleanup
         from chalk_worker.sandbox.workdirs import release_idle_areas
 
-        unfinished = [e.task for e in self._memory.jobs.values() if not e.task.done()]
-        for task in unfinished:
-            task.cancel()
-        await asyncio.gather(*unfinished, return_exceptions=True)
+        unfinished = [e for e in self._memory.jobs.values() if not e.task.done()]
+        for entry in unfinished:
+            entry.task.cancel()
+        await asyncio.gather(*(e.task for e in unfinished), return_exceptions=True)
+        # A cancelled job's script runs on in its thread: kill it, and wait until it has
+        # left its sandbox, before the sandboxes' folders and mounts are removed.
+        switches = [e.stop for e in unfinished if e.stop is not None]
+        await asyncio.gather(*(asyncio.to_thread(switch.throw) for switch in switches))
         # Now, not at exit: uvicorn ends on the signal that stopped it, and atexit
         # handlers (which would remove the job folders' areas) do not run then.
         await asyncio.to_thread(cleanup.drain)
