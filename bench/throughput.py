@@ -10,8 +10,9 @@ the machine's load falls on all three alike:
 - Chalk-like Celery (``bench.raw_app``): a raw app configured as Chalk is (late
   acks, a prefetch of one per slot, events on), on Chalk's pool (threads, 64
   slots by default); the same calls. Goal: Chalk >= 1.0x;
-- Chalk: one ``chalk worker`` at its defaults (``--pool``/``--concurrency`` passed
-  through when given); ``submit_batch`` of N always-pass jobs, then ``.results()``.
+- Chalk: one ``chalk worker`` at its defaults, so one worker process per usable
+  core (``--pool``/``--concurrency`` passed through when given); ``submit_batch`` of
+  N always-pass jobs, then ``.results()``.
 
 Prints jobs/s for each round, the ratios (median of the rounds' ratios), and the
 CPU time each side spent per job in the client (this process), its workers and
@@ -43,6 +44,7 @@ from bench.cluster import (
     stock_workers,
 )
 from bench.suite import Figure
+from chalk_client.cores import usable_cores
 from chalk_worker.testing.redis_server import redis_server
 
 STOCK_GOAL = 1.5
@@ -163,9 +165,11 @@ def main() -> None:
     args = parser.parse_args()
     pool = pool_flags(args)
     run = measure(args.jobs, args.rounds, pool, args.workers)
+    processes = usable_cores() if args.pool == "threads" else 1
     print(
-        f"{args.workers} worker process(es) a side; Chalk and Chalk-like: pool {args.pool}, "
-        f"concurrency {args.concurrency}; stock: {' '.join(STOCK_POOL)}; "
+        f"{args.workers} worker(s) a side; Chalk and Chalk-like: pool {args.pool}, "
+        f"concurrency {args.concurrency} (each chalk worker in {processes} processes, its "
+        f"default here); stock: {' '.join(STOCK_POOL)}; "
         f"{args.jobs} jobs x {args.rounds} rounds, taken in turn"
     )
     for side in (run.stock, run.chalk_like, run.chalk):
