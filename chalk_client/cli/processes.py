@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 
 from chalk_client.cores import PROCESSES_ENV, usable_cores
@@ -101,6 +101,8 @@ def child_name(name: str | None, index: int) -> str:
 
 @dataclass
 class Child:
+    """One worker process: its command line and environment, and its latest run."""
+
     index: int
     argv: list[str]
     env: dict[str, str]
@@ -117,7 +119,6 @@ class Supervisor:
     pidfile: str | None = None
     stopping: bool = False
     exit_code: int = 0
-    _signals: list[int] = field(default_factory=list)
 
     def run(self) -> int:
         for sig in FORWARDED:
@@ -127,7 +128,8 @@ class Supervisor:
                 out.write(f"{os.getpid()}\n")
         try:
             for child in self.children:
-                self._start(child)
+                if not self.stopping:  # a signal during the starts stops the rest
+                    self._start(child)
             while any(child.proc is not None for child in self.children):
                 self._reap(self._wait())
         finally:
