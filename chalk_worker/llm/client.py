@@ -29,7 +29,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx
@@ -199,6 +199,23 @@ class ProcessSlots:
             waiter.set_result(None)
 
 
+class _Client(openai.AsyncOpenAI):
+    """``AsyncOpenAI`` remembering the URLs it made of paths: every rubric request asks
+    for the same path, and joining it to the base URL again (two URL parses) cost 9% of
+    a request's CPU (BENCHMARKS.md, ``bench.llm_cpu``)."""
+
+    _prepared: dict[str, Any]  # the SDK's URL type (httpx's, or its own copy's)
+
+    def _prepare_url(self, url: str) -> Any:
+        prepared = getattr(self, "_prepared", None)
+        if prepared is None:
+            prepared = self._prepared = {}
+        found = prepared.get(url)
+        if found is None:
+            found = prepared[url] = super()._prepare_url(url)
+        return found
+
+
 class LLMPool:
     """This process's clients, in-flight cap, rate limits and per-server knowledge."""
 
@@ -260,7 +277,7 @@ class LLMPool:
             clients = self._clients.setdefault(loop, {})
             client = clients.get(server)
             if client is None:
-                client = openai.AsyncOpenAI(
+                client = _Client(
                     base_url=server.base_url,
                     api_key=server.api_key,
                     max_retries=server.max_retries,

@@ -23,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from chalk_client.cluster import keys
 from chalk_client.settings import ChalkSettings
 from chalk_worker.llm.loop_redis import REDIS_FAILURES, LoopRedis, loop_redis
@@ -43,8 +45,19 @@ def verdict_key(
     *, server: str, model: str, prompt_version: str, criterion: str, context: str
 ) -> str:
     """The cache key of one verdict: a SHA-256 over everything that decided it."""
-    parts = json.dumps([prompt_version, server, model, criterion, context], ensure_ascii=False)
+    parts = _json_strings([prompt_version, server, model, criterion, context])
     return hashlib.sha256(parts.encode()).hexdigest()
+
+
+def _json_strings(parts: list[str]) -> str:
+    """``json.dumps(parts, ensure_ascii=False)``, the same text, written by orjson (a
+    transcript is encoded once per criterion: the standard library took 3% of a call's
+    CPU). orjson escapes each character of a string as the standard library does; a
+    string it refuses (a lone surrogate) goes to the standard library."""
+    try:
+        return "[" + ", ".join(orjson.dumps(part).decode() for part in parts) + "]"
+    except TypeError:
+        return json.dumps(parts, ensure_ascii=False)
 
 
 class VerdictCache(Protocol):

@@ -403,3 +403,35 @@ def test_the_deadline_is_shared_by_the_rubric_steps_of_a_job():
         result = score_job(job, settings=settings_for(server, rubric_deadline_s=1.0))
         assert result.status is JobStatus.FAILED and "deadline of 1 s" in result.error
         assert server.calls == 2
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        "plain",
+        'quotes " and \\ slashes',
+        "tabs\t\nnewlines\x00\x1f\x7f",
+        "naïve ✓ 中文 \u2028 🙂",
+        "",
+    ],
+)
+def test_a_verdict_s_cache_key_is_the_one_earlier_workers_computed(context: str) -> None:
+    # Workers of several versions share the cluster's verdict cache: the key's text is
+    # the standard library's JSON of its parts, however it is written now.
+    import hashlib
+    import json
+
+    from chalk_worker.llm.verdict_cache import verdict_key
+
+    parts = ["v1", "http://llm:8000/v1", "model-a", "criterion ✓", context]
+    expected = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+    assert (
+        verdict_key(
+            prompt_version=parts[0],
+            server=parts[1],
+            model=parts[2],
+            criterion=parts[3],
+            context=context,
+        )
+        == expected
+    )
