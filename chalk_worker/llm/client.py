@@ -199,10 +199,11 @@ class ProcessSlots:
             waiter.set_result(None)
 
 
-class _Client(openai.AsyncOpenAI):
-    """``AsyncOpenAI`` remembering the URLs it made of paths: every rubric request asks
-    for the same path, and joining it to the base URL again (two URL parses) cost 9% of
-    a request's CPU (BENCHMARKS.md, ``bench.llm_cpu``)."""
+class AsyncOpenAI(openai.AsyncOpenAI):
+    """``openai.AsyncOpenAI`` remembering the URLs it made of paths: every rubric request
+    asks for the same path, and joining it to the base URL again (two URL parses) cost 9%
+    of a request's CPU (``bench.llm_cpu``). Named as its parent: the SDK sends the class's
+    name in the User-Agent header."""
 
     _prepared: dict[str, Any]  # the SDK's URL type (httpx's, or its own copy's)
 
@@ -277,7 +278,7 @@ class LLMPool:
             clients = self._clients.setdefault(loop, {})
             client = clients.get(server)
             if client is None:
-                client = _Client(
+                client = AsyncOpenAI(
                     base_url=server.base_url,
                     api_key=server.api_key,
                     max_retries=server.max_retries,
