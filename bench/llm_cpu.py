@@ -85,6 +85,19 @@ async def gather_limited(calls: int, in_flight: int, call: Callable[[int], Await
     await asyncio.gather(*(one(n) for n in range(calls)))
 
 
+async def timed_rounds(
+    calls: int, in_flight: int, rounds: int, call: Callable[[int], Awaitable[str]]
+) -> list[float]:
+    """A warm-up of ``in_flight`` calls, then CPU milliseconds per call of each round."""
+    await gather_limited(in_flight, in_flight, call)
+    measured: list[float] = []
+    for _ in range(rounds):
+        started = time.process_time()
+        await gather_limited(calls, in_flight, call)
+        measured.append((time.process_time() - started) * 1000 / calls)
+    return measured
+
+
 def measure_score_jobs(calls: int, criteria: int, rounds: int) -> Case:
     """Whole rubric jobs through ``score_jobs``, on this process's own event loop."""
     from chalk_worker import score_jobs
@@ -135,12 +148,7 @@ def measure_openai(url: str, calls: int, in_flight: int, rounds: int) -> Case:
             content: str = reply.choices[0].message.content or ""
             return content
 
-        await gather_limited(in_flight, in_flight, call)  # warm up
-        measured: list[float] = []
-        for _ in range(rounds):
-            started = time.process_time()
-            await gather_limited(calls, in_flight, call)
-            measured.append((time.process_time() - started) * 1000 / calls)
+        measured = await timed_rounds(calls, in_flight, rounds, call)
         await client.close()
         return measured
 
@@ -166,13 +174,7 @@ def measure_aiohttp(url: str, calls: int, in_flight: int, rounds: int) -> Case:
                 content: str = reply["choices"][0]["message"]["content"]
                 return content
 
-            await gather_limited(in_flight, in_flight, call)  # warm up
-            measured: list[float] = []
-            for _ in range(rounds):
-                started = time.process_time()
-                await gather_limited(calls, in_flight, call)
-                measured.append((time.process_time() - started) * 1000 / calls)
-            return measured
+            return await timed_rounds(calls, in_flight, rounds, call)
 
     return Case("raw aiohttp + json.loads", asyncio.run(rounds_of_calls()))
 
