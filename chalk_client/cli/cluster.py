@@ -25,7 +25,7 @@ from chalk_client.cli.rescore import clear_results
 from chalk_client.client import ChalkClient
 from chalk_client.cluster.connection import connect, redacted
 from chalk_client.cluster.lanes import shares, waiting_lanes
-from chalk_client.cores import usable_cores
+from chalk_client.cores import PROCESSES_ENV, usable_cores
 from chalk_client.extras import require_worker
 from chalk_client.jobs import DEFAULT_PRIORITY, JobStatus, Priority, ScoringJob
 from chalk_client.settings import ChalkSettings
@@ -111,6 +111,7 @@ def run_worker(args: Sequence[str]) -> int:
     concurrency = int(given) if given and given.isdigit() else usable_cores()
     count = max(1, min(count, concurrency))
     if count == 1:
+        os.environ[PROCESSES_ENV] = "1"  # the worker sizes itself by every core
         os.execv(argv[0], argv)
     return supervise(argv, count, concurrency)
 

@@ -11,20 +11,22 @@ more, it stays as their parent:
   ... (``chalk health`` and Flower list each), holding its share of ``--concurrency``
   (64 jobs shared by two processes: 32 each), serving its metrics on
   ``CHALK_METRICS_PORT`` + its index - 1;
-- SIGTERM, SIGINT (Ctrl+C), SIGQUIT and SIGHUP to the parent go to every process,
-  once each, so a second SIGTERM stops them at once, as it stops one worker;
+- SIGTERM, SIGINT (Ctrl+C) and SIGQUIT to the parent go to every process, once
+  each, so a second SIGTERM stops them at once, as it stops one worker; SIGHUP is
+  passed on too (Celery restarts in place on it), and the parent goes on;
 - a process that dies while nobody asked it to stop is started again a second
   later; one that dies within ``EARLY_S`` of its start twice in a row stops them all
   (its error is in the log) and the parent exits with its code;
 - if the parent itself is killed, the processes are sent SIGTERM (and finish their jobs);
-- ``--pidfile`` names the parent; ``--detach`` is refused (use a process manager).
+- ``--pidfile`` names the parent; ``--detach``, ``--beat`` and ``--statedb`` are
+  refused (they need one process).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
+import functools
 import os
 import signal
 import socket
@@ -43,6 +45,8 @@ EARLY_S = 10.0
 RESTART_S = 1.0
 """The wait before a process that died is started again."""
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+ONE_PROCESS_ONLY = ("-D", "--detach", "-B", "--beat", "-S", "--statedb")
+"""Celery options that cannot be given to several processes at once."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -139,10 +143,19 @@ class Supervisor:
         return self.exit_code
 
     def _start(self, child: Child) -> None:
-        child.proc = subprocess.Popen(
-            child.argv, env=child.env, start_new_session=True, preexec_fn=_end_with_parent
-        )
-        child.started = time.monotonic()
+        # A signal arriving while the process starts waits until it is known here, then
+        # reaches it with the others (the child unblocks them before its exec).
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            child.proc = subprocess.Popen(
+                child.argv,
+                env=child.env,
+                start_new_session=True,
+                preexec_fn=functools.partial(_end_with_parent, os.getpid()),
+            )
+            child.started = time.monotonic()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
     def _wait(self) -> tuple[int, int]:
         while True:
@@ -191,23 +204,34 @@ class Supervisor:
             self._start(child)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self._stop(signum)
+        if signum == signal.SIGHUP:  # Celery restarts on it, in place: passed on only
+            self._send(signum)
+        else:
+            self._stop(signum)
 
     def _stop(self, signum: int) -> None:
         self.stopping = True
+        self._send(signum)
+
+    def _send(self, signum: int) -> None:
         for child in self.children:
             if child.proc is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.proc.pid, signum)
 
 
-def _end_with_parent() -> None:
-    # Should the parent die without passing a signal on, each process is sent SIGTERM
-    # (it finishes its jobs and exits), never left running on its own.
+def _end_with_parent(parent: int) -> None:
+    # In the child, before its exec: the parent's handlers go (a signal now ends it),
+    # then the signals the parent blocked around the start come through. Should the
+    # parent die without passing a signal on, the process is sent SIGTERM (it finishes
+    # its jobs and exits), never left running on its own.
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() == 1:  # the parent died before the call above
-        os.kill(os.getpid(), signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(1)
 
 
 def supervise(argv: list[str], count: int, concurrency: int) -> int:
@@ -216,15 +240,21 @@ def supervise(argv: list[str], count: int, concurrency: int) -> int:
     name, rest = option_value(argv, ("-n", "--hostname"))
     pidfile, rest = option_value(rest, ("--pidfile",))
     _, rest = option_value(rest, ("-c", "--concurrency"))
-    if any(arg in ("-D", "--detach") for arg in rest):
+    single = [arg for arg in rest if arg.partition("=")[0] in ONE_PROCESS_ONLY]
+    if single:
         raise ConfigurationError(
-            "chalk worker --detach runs one process: add --processes 1, or run chalk "
-            "worker under a process manager (systemd, supervisord, Docker) instead"
+            f"chalk worker {single[0]} needs one process: add --processes 1 (and run chalk "
+            "worker under a process manager, systemd, supervisord or Docker, to keep it up)"
         )
-    share = math.ceil(concurrency / count)
     port = os.environ.get("CHALK_METRICS_PORT")
+    if port and port.isdigit() and int(port) + count - 1 > 65535:
+        raise ConfigurationError(
+            f"CHALK_METRICS_PORT={port} leaves no port for each of the {count} processes "
+            f"(they serve on {port} to {int(port) + count - 1}): choose a lower port"
+        )
     children = []
-    for index in range(1, count + 1):
+    shares = [concurrency // count + (1 if n < concurrency % count else 0) for n in range(count)]
+    for index, share in enumerate(shares, start=1):
         env = {**os.environ, PROCESSES_ENV: str(count)}
         if port and port.isdigit():
             env["CHALK_METRICS_PORT"] = str(int(port) + index - 1)
@@ -232,9 +262,9 @@ def supervise(argv: list[str], count: int, concurrency: int) -> int:
         children.append(Child(index, child_argv, env))
     host = socket.gethostname()
     names = ", ".join(child_name(name, c.index).replace("%h", host) for c in children)
+    slots = f"{shares[0]} slots each" if len(set(shares)) == 1 else f"{concurrency} slots in all"
     print(
-        f"chalk worker: {count} worker processes, {share} slots each ({names}); "
-        f"--processes 1 runs one",
+        f"chalk worker: {count} worker processes, {slots} ({names}); --processes 1 runs one",
         file=sys.stderr,
         flush=True,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import types
 from collections import Counter
 
 import psutil
@@ -12,7 +13,14 @@ import pytest
 from processes import stop
 
 from chalk_client import ChalkClient, JobStatus, ScoringJob
-from chalk_client.cli.processes import child_name, option_value, supervise, take_processes
+from chalk_client.cli.processes import (
+    Child,
+    Supervisor,
+    child_name,
+    option_value,
+    supervise,
+    take_processes,
+)
 from chalk_client.cores import cores_per_process, usable_cores
 from chalk_client.errors import ConfigurationError
 from chalk_client.judges import AlwaysPassJudge, CustomJudge
@@ -60,12 +68,35 @@ def test_each_process_is_named_after_the_worker_and_gets_its_share_of_cores(monk
     assert cores_per_process() == 1
     monkeypatch.setenv("CHALK_WORKER_PROCESSES", "1")
     assert cores_per_process() == usable_cores()
-    with pytest.raises(ConfigurationError, match="--processes 1"):
-        supervise(["celery", "worker", "--detach"], 2, 64)
+    for single in ("--detach", "-B", "--statedb=/tmp/state"):
+        with pytest.raises(ConfigurationError, match="needs one process: add --processes 1"):
+            supervise(["celery", "worker", single], 2, 64)
+    monkeypatch.setenv("CHALK_METRICS_PORT", "65535")
+    with pytest.raises(ConfigurationError, match="choose a lower port"):
+        supervise(["celery", "worker"], 2, 64)
+
+
+def test_a_hangup_is_passed_on_and_the_parent_goes_on(monkeypatch):
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    children = [Child(n, [], {}) for n in (1, 2)]
+    for n, child in enumerate(children):
+        child.proc = types.SimpleNamespace(pid=1000 + n)  # type: ignore[assignment]
+    parent = Supervisor(children)
+    parent._on_signal(signal.SIGHUP, None)  # Celery restarts in place on it
+    assert sent == [(1000, signal.SIGHUP), (1001, signal.SIGHUP)] and not parent.stopping
+    parent._on_signal(signal.SIGTERM, None)
+    assert sent[2:] == [(1000, signal.SIGTERM), (1001, signal.SIGTERM)] and parent.stopping
 
 
 @pytest.mark.slow
 def test_two_processes_share_the_slots_and_stop_together(own_redis_url, start_worker):
+    uneven = start_worker(own_redis_url, concurrency=5, args=("--processes", "2"))
+    uneven.wait_for(f"2 worker processes, 5 slots in all ({uneven.name}-1@")
+    assert sorted(
+        int(c.cmdline()[c.cmdline().index("--concurrency") + 1]) for c in celery_workers(uneven.pid)
+    ) == [2, 3]
+    stop(uneven.proc)
     worker = start_worker(own_redis_url, concurrency=8, args=("--processes", "2"))
     worker.wait_for(f"2 worker processes, 4 slots each ({worker.name}-1@")
     wait_until(lambda: worker.text().count(" ready.") == 2)
