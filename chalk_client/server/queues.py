@@ -344,10 +344,23 @@ class EmbeddedQueue:
         for entry in unfinished:
             entry.task.cancel()
         await asyncio.gather(*(e.task for e in unfinished), return_exceptions=True)
-        # A cancelled job's script runs on in its thread: kill it, and wait until it has
-        # left its sandbox, before the sandboxes' folders and mounts are removed.
-        switches = [e.stop for e in unfinished if e.stop is not None]
-        await asyncio.gather(*(asyncio.to_thread(switch.throw) for switch in switches))
+        # A cancelled job's script (cancelled now, or by a cancel of its batch) runs on in
+        # its thread: kill it, and wait until it has left its sandbox, before the
+        # sandboxes' folders and mounts are removed. A thread per job: each may take
+        # until its script dies (a job with none running returns at once).
+        throws = [
+            threading.Thread(target=e.stop.throw, name="chalk-stop", daemon=True)
+            for e in self._memory.jobs.values()
+            if e.stop is not None
+        ]
+        for thread in throws:
+            thread.start()
+
+        def join_all() -> None:
+            for thread in throws:
+                thread.join()
+
+        await asyncio.to_thread(join_all)
         # Now, not at exit: uvicorn ends on the signal that stopped it, and atexit
         # handlers (which would remove the job folders' areas) do not run then.
         await asyncio.to_thread(cleanup.drain)

@@ -12,8 +12,9 @@ functions give what ``kombu.utils.json`` gives, about ten times faster:
   only in spelling (UTF-8 where that escapes non-ASCII, ``1e-05`` as ``1e-5``),
   never in what it reads back as, with two exceptions no message of Chalk's
   holds: a ``uuid.UUID`` becomes its string, and NaN or infinity become ``null``.
-- ``loads`` reads with kombu's ``loads`` text holding a ``__type__`` marker (so
-  markers are revived as before), a run of 19 digits or more (orjson would read an
+- ``loads`` reads with kombu's ``loads`` text holding a ``__type__`` marker, or an
+  escape of a printable character (which could spell one), so markers are revived
+  as before; a run of 19 digits or more (orjson would read an
   integer beyond 64 bits as a float) or anything orjson finds not valid.
 
 ``install`` makes them kombu's ``json`` serializer in this process (the worker
@@ -34,6 +35,8 @@ _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _kombu_default = kombu_json.JSONEncoder().default
 _MARKER = b'"__type__"'
 _LONG_NUMBER = re.compile(rb"\d{19}")
+_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+"""An escape of a printable character: a ``__type__`` marker may be spelled so."""
 
 
 def dumps(obj: object) -> str:
@@ -47,7 +50,7 @@ def dumps(obj: object) -> str:
 def loads(text: str | bytes | bytearray | memoryview) -> Any:
     """JSON text read as ``kombu.utils.json.loads`` reads it."""
     raw = text.encode() if isinstance(text, str) else bytes(text)
-    if _MARKER not in raw and not _LONG_NUMBER.search(raw):
+    if _MARKER not in raw and not _LONG_NUMBER.search(raw) and not _ESCAPED_ASCII.search(raw):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:

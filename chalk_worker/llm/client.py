@@ -205,15 +205,16 @@ class AsyncOpenAI(openai.AsyncOpenAI):
     of a request's CPU (``bench.llm_cpu``). Named as its parent: the SDK sends the class's
     name in the User-Agent header."""
 
-    _prepared: dict[str, Any]  # the SDK's URL type (httpx's, or its own copy's)
+    _prepared: dict[tuple[str, str], Any]  # the SDK's URL type (httpx's, or its own copy's)
 
     def _prepare_url(self, url: str) -> Any:
         prepared = getattr(self, "_prepared", None)
         if prepared is None:
             prepared = self._prepared = {}
-        found = prepared.get(url)
+        key = (str(self.base_url), url)
+        found = prepared.get(key)
         if found is None:
-            found = prepared[url] = super()._prepare_url(url)
+            found = prepared[key] = super()._prepare_url(url)
         return found
 
 

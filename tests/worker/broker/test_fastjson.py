@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
 
 import pytest
@@ -51,6 +50,8 @@ def test_what_orjson_refuses_is_written_by_kombu():
 @pytest.mark.parametrize(
     "text",
     [
+        '{"\\u005f_type__": "bytes", "__value__": "x"}',  # a marker spelled with escapes
+        '{"__typ\\u0065__": "decimal", "__value__": "1.5"}',
         '{"a": NaN}',
         '"\\ud800"',
         '{"n": 123456789012345678901234567890}',
@@ -60,7 +61,7 @@ def test_what_orjson_refuses_is_written_by_kombu():
 def test_text_orjson_cannot_read_is_read_as_kombu_reads_it(text):
     expected = kombu_json.loads(text)
     got = fastjson.loads(text)
-    assert json.dumps(got) == json.dumps(expected)
+    assert repr(got) == repr(expected)
 
 
 @pytest.mark.parametrize("text", ["{", "", b"\xff\xfe", '{"a": 1,}', "[" * 2000 + "]" * 2000])
